@@ -1,0 +1,215 @@
+"""Loading PLDR-LLM weights safely: upstream ``.pth`` (weights only) and safetensors.
+
+Parameters are a plain ``dict`` keyed by the upstream state-dict names (SPEC §2) holding
+NumPy arrays as stored (float32 for released checkpoints). Nothing here ever runs an
+unrestricted pickle: ``.pth`` files go through ``torch.load(weights_only=True)``; safetensors
+need no torch at all.
+"""
+
+from __future__ import annotations
+
+import json
+import zipfile
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .config import PLDRConfig, infer_config
+from .numerics import Array
+
+#: Optional buffers of the Transformers port that carry no learned weight.
+OPTIONAL_BUFFERS = ("decoder.past_G_values", "decoder.past_G_values_status")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint that cannot be used: unreadable, unsafe, or not matching its config."""
+
+
+def expected_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
+    """Every state-dict key of a v510 decoder with ``config``, mapped to its shape."""
+    c = config
+    d, h = c.depth, c.num_heads
+    shapes: dict[str, tuple[int, ...]] = {"decoder.embedding.weight": (c.input_vocab_size, c.d_model)}
+    for i in range(c.num_layers):
+        p = f"decoder.dec_layers.{i}."
+        for name in ("wq", "wk", "wv", "dense"):
+            shapes[f"{p}mha1.{name}.weight"] = (c.d_model, c.d_model)
+            shapes[f"{p}mha1.{name}.bias"] = (c.d_model,)
+        for name in ("Wlst", "blst", "pwlst", "alst", "balst"):
+            shapes[f"{p}mha1.plgatt_layer.{name}"] = (h, d, d)
+        for j in range(c.num_reslayerA):
+            for k in range(c.num_denseA):
+                q = f"{p}mha1.reslayerAs.{j}.denseAs.{k}."
+                shapes[q + "gluw1.weight"] = (c.A_dff, d)
+                shapes[q + "gluw1.bias"] = (c.A_dff,)
+                shapes[q + "gluw2.weight"] = (c.A_dff, d)
+                shapes[q + "gluw2.bias"] = (c.A_dff,)
+                shapes[q + "gluw3.weight"] = (d, c.A_dff)
+                shapes[q + "gluw3.bias"] = (d,)
+            shapes[f"{p}mha1.reslayerAs.{j}.layernormA.weight"] = (d,)
+            shapes[f"{p}mha1.reslayerAs.{j}.layernormA.bias"] = (d,)
+        shapes[f"{p}mha1.layernorm1.weight"] = (d,)
+        shapes[f"{p}mha1.layernorm1.bias"] = (d,)
+        shapes[f"{p}ffn.gluw1.weight"] = (c.dff, c.d_model)
+        shapes[f"{p}ffn.gluw1.bias"] = (c.dff,)
+        shapes[f"{p}ffn.gluw2.weight"] = (c.dff, c.d_model)
+        shapes[f"{p}ffn.gluw2.bias"] = (c.dff,)
+        shapes[f"{p}ffn.gluw3.weight"] = (c.d_model, c.dff)
+        shapes[f"{p}ffn.gluw3.bias"] = (c.d_model,)
+        for ln in ("layernorm1", "layernorm2"):
+            shapes[f"{p}{ln}.weight"] = (c.d_model,)
+            shapes[f"{p}{ln}.bias"] = (c.d_model,)
+    shapes["decoder.layernorm1.weight"] = (c.d_model,)
+    shapes["decoder.layernorm1.bias"] = (c.d_model,)
+    shapes["final_layer.weight"] = (c.input_vocab_size, c.d_model)
+    shapes["final_layer.bias"] = (c.input_vocab_size,)
+    return shapes
+
+
+def validate_state_dict(
+    state: Mapping[str, Array], config: PLDRConfig, source: str = "state dict"
+) -> dict[str, Array]:
+    """Check keys, shapes and finiteness; return the state without optional buffers.
+
+    Raises :class:`CheckpointError` listing every missing, unexpected, mis-shaped and
+    non-finite key at once.
+    """
+    want = expected_shapes(config)
+    have = {k: v for k, v in state.items() if k not in OPTIONAL_BUFFERS}
+    missing = sorted(set(want) - set(have))
+    unexpected = sorted(set(have) - set(want))
+    misshaped = sorted(
+        f"{k}: expected {want[k]}, got {tuple(np.shape(have[k]))}"
+        for k in set(want) & set(have)
+        if tuple(np.shape(have[k])) != want[k]
+    )
+    problems = []
+    if missing:
+        problems.append(f"missing keys {missing}")
+    if unexpected:
+        problems.append(f"unexpected keys {unexpected}")
+    if misshaped:
+        problems.append(f"mis-shaped tensors {misshaped}")
+    if problems:
+        raise CheckpointError(f"{source} does not match the configuration {config}: " + "; ".join(problems))
+    nonfinite = sorted(k for k, v in have.items() if not np.all(np.isfinite(v)))
+    if nonfinite:
+        raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {nonfinite}")
+    return dict(have)
+
+
+def _to_numpy(value: Any, key: str, source: str) -> Array:
+    if isinstance(value, np.ndarray):
+        return value
+    try:
+        import torch
+    except ImportError:  # pragma: no cover - torch is present whenever a .pth was read
+        raise CheckpointError(f"{source}: tensor {key!r} needs torch to convert") from None
+    if not isinstance(value, torch.Tensor):
+        raise CheckpointError(f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor")
+    if value.device.type != "cpu":
+        value = value.to("cpu")
+    if value.dtype == torch.bfloat16:
+        value = value.float()
+    return value.detach().numpy().copy()
+
+
+def read_pth(path: Path) -> dict[str, Array]:
+    """Read an upstream ``.pth`` with ``torch.load(weights_only=True)``; never a full unpickle."""
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(
+            f"{path}: reading a .pth checkpoint needs torch (pip install 'plga[torch]'), "
+            "or convert it to safetensors with `plga convert` on a machine that has torch"
+        ) from None
+    if not zipfile.is_zipfile(path):
+        raise CheckpointError(
+            f"{path} is not a torch zip checkpoint (truncated, corrupt, or a legacy/raw pickle); "
+            "refusing to unpickle it"
+        )
+    try:
+        obj = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
+        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckpointError(
+            f"{path} could not be loaded safely (weights_only=True): {text}. "
+            "Only plain tensors are accepted; pickles of arbitrary objects are refused. "
+            "A predefined-G pickle of CUDA tensors from the upstream ablations must be converted "
+            "with torch on a trusted machine, e.g. torch.load(p, map_location='cpu') then "
+            "safetensors.torch.save_file({...}, out)."
+        ) from exc
+    if isinstance(obj, Mapping) and "model_state_dict" in obj:
+        obj = obj["model_state_dict"]
+    if not isinstance(obj, Mapping):
+        raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a state dict")
+    return {str(k): _to_numpy(v, str(k), str(path)) for k, v in obj.items()}
+
+
+def read_safetensors(path: Path) -> dict[str, Array]:
+    """Read a safetensors file with NumPy (no torch needed)."""
+    try:
+        from safetensors.numpy import load_file
+    except ImportError:
+        raise CheckpointError(f"{path}: reading safetensors needs the 'safetensors' package") from None
+    try:
+        return dict(load_file(str(path)))
+    except Exception as exc:  # safetensors raises SafetensorError / OSError on corrupt files
+        raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from exc
+
+
+def load_checkpoint(
+    path: str | Path, config: PLDRConfig | None = None, max_seq_len: int = 1024
+) -> tuple[dict[str, Array], PLDRConfig]:
+    """Load weights and configuration from a ``.pth``, a ``.safetensors`` or a model folder.
+
+    A folder (or a safetensors file) may carry a ``config.json`` beside it (upstream dict or
+    Transformers port). Without a config, it is inferred from the tensor shapes, with the
+    context length ``max_seq_len``. The state is validated against the config.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"checkpoint {path} does not exist")
+    config_path: Path | None = None
+    if path.is_dir():
+        candidates = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.pth"))
+        if not candidates:
+            raise CheckpointError(f"folder {path} holds no .safetensors or .pth file")
+        if len(candidates) > 1:
+            raise CheckpointError(f"folder {path} holds several weight files: {[c.name for c in candidates]}")
+        config_path = path / "config.json"
+        path = candidates[0]
+    else:
+        config_path = path.parent / "config.json"
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty")
+    if path.suffix == ".safetensors":
+        state = read_safetensors(path)
+    else:
+        state = read_pth(path)
+    if config is None and config_path is not None and config_path.exists() and path.suffix == ".safetensors":
+        config = PLDRConfig.from_json(config_path)
+    if config is None:
+        try:
+            config = infer_config({k: tuple(v.shape) for k, v in state.items()}, max_seq_len)
+        except ValueError as exc:
+            raise CheckpointError(f"{path}: {exc}") from exc
+    return validate_state_dict(state, config, str(path)), config
+
+
+def save_safetensors(state: Mapping[str, Array], config: PLDRConfig, folder: str | Path) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` into ``folder`` atomically."""
+    from safetensors.numpy import save_file
+
+    from ..atomic import atomic_path
+
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "model.safetensors"
+    with atomic_path(out) as tmp:
+        save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(tmp))
+    with atomic_path(folder / "config.json") as tmp:
+        tmp.write_text(json.dumps(config.to_upstream(), indent=1))
+    return out

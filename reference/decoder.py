@@ -1,0 +1,369 @@
+"""The PLDR-LLM v510 decoder built from the spec functions, with its caches (SPEC §2–3).
+
+Readable and exact, not fast: float64 NumPy by default, mpmath when the parameters are
+object arrays of ``mpf`` (see :func:`to_backend`). Mirrors the published implementation
+(``burcgokden/PLDR-LLM-with-KVG-cache``, ``pldr_model_v510``) including its rounding details:
+both square roots are taken in float32, masked scores get −1e9 added, and the density
+operator sums over every query row (padding and future rows included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import spec
+from .config import PLDRConfig
+from .numerics import Array, DEFAULT_DPS, as_float64, float32_sqrt, is_mp, scalar, to_mp
+
+#: Generation modes (SPEC §3). ``constant`` needs a per-layer G and never runs the learner.
+MODES = ("nocache", "kv", "kvg", "constant")
+
+
+@dataclasses.dataclass
+class LayerCache:
+    """What one layer keeps between decoding steps (upstream ``kvcache`` and ``Gcache``)."""
+
+    k: Array  # [B, H, T, d] rotated keys
+    v: Array  # [B, H, T, d] values
+    A: Array | None  # [B, H, d, d] metric-learner output of the prompt (None under constant G)
+    A_LM: Array | None  # [B, H, d, d] metric tensor of the prompt
+    G_LM: Array  # [B, H, d, d] energy-curvature operator used for new tokens
+    key_allowed: Array  # [B, T] False for the prompt's padding keys
+
+
+@dataclasses.dataclass
+class ForwardResult:
+    """Logits, the last hidden state, per-layer deductive tensors and caches."""
+
+    logits: Array  # [B, S, V]
+    hidden: Array  # [B, S, D] decoder output before the final layer
+    deductive: list[dict[str, Array]]  # per layer: A, A_LM, A_P, G_LM, scores
+    caches: list[LayerCache]
+
+
+@dataclasses.dataclass
+class GenerationResult:
+    """Tokens (prompt + new) and the last-position logits of every step."""
+
+    tokens: Array  # [B, S + N] int64
+    step_logits: Array  # [B, N, V]
+
+
+def to_backend(params: Mapping[str, Array], dps: int | None = None) -> dict[str, Array]:
+    """Parameters as float64 (``dps=None``) or as exact mpf object arrays at ``dps`` digits."""
+    if dps is None:
+        return {k: np.asarray(v, dtype=np.float64) for k, v in params.items()}
+    return {k: to_mp(np.asarray(v, dtype=np.float64), dps) for k, v in params.items()}
+
+
+def _linear(x: Array, params: Mapping[str, Array], name: str) -> Array:
+    """torch ``Linear``: x Wᵀ + b with W stored ``[out, in]``."""
+    return x @ params[name + ".weight"].T + params[name + ".bias"]
+
+
+def _glu(x: Array, params: Mapping[str, Array], prefix: str) -> Array:
+    return spec.swiglu(x, *_glu_params(params, prefix))
+
+
+def _glu_params(params: Mapping[str, Array], prefix: str) -> spec.GluParams:
+    return tuple(params[f"{prefix}gluw{n}.{kind}"] for n in (1, 2, 3) for kind in ("weight", "bias"))  # type: ignore[return-value]
+
+
+def _ln(x: Array, params: Mapping[str, Array], name: str) -> Array:
+    return spec.layer_norm(x, params[name + ".weight"], params[name + ".bias"])
+
+
+def embed(params: Mapping[str, Array], config: PLDRConfig, tokens: Array) -> Array:
+    """h = LN(Emb[x] · √d_model), √ taken in float32 as upstream → [B, S, D]."""
+    emb = params["decoder.embedding.weight"][tokens]  # [B, S, D]
+    scaled = emb * scalar(float32_sqrt(config.d_model), emb)
+    return _ln(scaled, params, "decoder.layernorm1")
+
+
+def metric_learner_units(params: Mapping[str, Array], config: PLDRConfig, layer: int) -> list[Any]:
+    """The residual units of layer ``layer`` as ``(blocks, gamma, beta)`` for spec.metric_learner."""
+    p = f"decoder.dec_layers.{layer}.mha1.reslayerAs."
+    return [
+        (
+            [_glu_params(params, f"{p}{j}.denseAs.{k}.") for k in range(config.num_denseA)],
+            params[f"{p}{j}.layernormA.weight"],
+            params[f"{p}{j}.layernormA.bias"],
+        )
+        for j in range(config.num_reslayerA)
+    ]
+
+
+def generator(params: Mapping[str, Array], config: PLDRConfig, layer: int, q_rot: Array) -> Array:
+    """A = Φ_res(LN(Q̃ᵀQ̃)) per head from the rotated queries q_rot [B, H, S, d] → [B, H, d, d]."""
+    p = f"decoder.dec_layers.{layer}.mha1."
+    density = spec.density_operator(q_rot)  # [B, H, d, d]
+    return spec.metric_learner(
+        density, params[p + "layernorm1.weight"], params[p + "layernorm1.bias"],
+        metric_learner_units(params, config, layer),
+    )
+
+
+def power_stage(params: Mapping[str, Array], layer: int, a: Array) -> tuple[Array, Array, Array]:
+    """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] with the layer's W, b, P, a, b_a."""
+    p = f"decoder.dec_layers.{layer}.mha1.plgatt_layer."
+    a_lm = spec.metric_tensor(a, params[p + "Wlst"], params[p + "blst"])  # [B, H, d, d]
+    a_p = spec.hadamard_power(a_lm, params[p + "pwlst"])  # [B, H, d, d]
+    g_lm = spec.energy_curvature(a_p, params[p + "alst"], params[p + "balst"])  # [B, H, d, d]
+    return a_lm, a_p, g_lm
+
+
+def _heads(x: Array, config: PLDRConfig) -> Array:
+    b, s, _ = x.shape
+    return x.reshape(b, s, config.num_heads, config.depth).transpose(0, 2, 1, 3)  # [B, H, S, d]
+
+
+def _merge(x: Array) -> Array:
+    b, h, s, d = x.shape
+    return x.transpose(0, 2, 1, 3).reshape(b, s, h * d)  # [B, S, D]
+
+
+def attention_support(tokens: Array) -> Array:
+    """Allowed (query, key) pairs: key ≤ query and key not padding (id 0) → [B, S, S] bool."""
+    s = tokens.shape[1]
+    causal = np.tril(np.ones((s, s), dtype=bool))  # [S, S]
+    return causal[None, :, :] & (tokens != 0)[:, None, :]
+
+
+def _check_tokens(tokens: Array, config: PLDRConfig, offset: int = 0) -> Array:
+    tokens = np.asarray(tokens)
+    if tokens.ndim != 2:
+        raise ValueError(f"token ids must have shape [batch, seq], got {tokens.shape}")
+    if tokens.shape[0] == 0 or tokens.shape[1] == 0:
+        raise ValueError(f"token ids must be non-empty, got shape {tokens.shape}")
+    if tokens.dtype.kind not in "iu":
+        raise TypeError(f"token ids must be integers, got dtype {tokens.dtype}")
+    if tokens.min() < 0 or tokens.max() >= config.input_vocab_size:
+        raise ValueError(
+            f"token ids must lie in [0, {config.input_vocab_size}), got range "
+            f"[{tokens.min()}, {tokens.max()}]"
+        )
+    if offset + tokens.shape[1] > config.max_seq_len:
+        raise ValueError(
+            f"sequence length {offset + tokens.shape[1]} exceeds the context max_seq_len={config.max_seq_len}"
+        )
+    return tokens.astype(np.int64)
+
+
+def _check_constant_g(g: Sequence[Array] | None, config: PLDRConfig) -> None:
+    if g is None:
+        return
+    if len(g) != config.num_layers:
+        raise ValueError(f"constant G needs one operator per layer ({config.num_layers}), got {len(g)}")
+    want = (config.num_heads, config.depth, config.depth)
+    for i, gi in enumerate(g):
+        if tuple(np.shape(gi))[-3:] != want:
+            raise ValueError(f"constant G of layer {i} must end in shape {want}, got {np.shape(gi)}")
+
+
+def decoder_layer(
+    params: Mapping[str, Array],
+    config: PLDRConfig,
+    layer: int,
+    h: Array,
+    positions: Array,
+    support: Array | None,
+    cache: LayerCache | None = None,
+    mode: str = "nocache",
+    constant_g: Array | None = None,
+) -> tuple[Array, dict[str, Array], LayerCache]:
+    """One post-LN decoder layer: PLGA attention, residual + LN, gated FFN, residual + LN.
+
+    Without ``cache`` this is the full (prompt or no-cache) pass; with ``cache`` it is a
+    cached step whose new rows attend to the cached keys (SPEC §3). Returns the new hidden
+    state [B, S, D], the deductive tensors and the updated cache.
+    """
+    p = f"decoder.dec_layers.{layer}."
+    q = spec.rope(_heads(_linear(h, params, p + "mha1.wq"), config), positions, config.rope_base, config.rope_style)
+    k = spec.rope(_heads(_linear(h, params, p + "mha1.wk"), config), positions, config.rope_base, config.rope_style)
+    v = _heads(_linear(h, params, p + "mha1.wv"), config)  # [B, H, S, d]
+    deductive: dict[str, Array] = {}
+    a = a_lm = None
+    if constant_g is not None:
+        g_lm = np.broadcast_to(constant_g, (h.shape[0], *np.shape(constant_g)[-3:]))
+    elif cache is None:
+        a = generator(params, config, layer, q)  # [B, H, d, d]
+        a_lm, a_p, g_lm = power_stage(params, layer, a)
+        deductive.update(A=a, A_LM=a_lm, A_P=a_p)
+    elif mode == "kv":
+        assert cache.A is not None
+        a = cache.A  # the prompt's generator, frozen
+        a_lm, a_p, g_lm = power_stage(params, layer, a)
+        deductive.update(A=a, A_LM=a_lm, A_P=a_p)
+    elif mode == "kvg":
+        a, a_lm, g_lm = cache.A, cache.A_LM, cache.G_LM  # frozen prompt operator
+    else:
+        raise ValueError(f"unknown cached mode {mode!r}")
+    deductive["G_LM"] = g_lm
+    if cache is not None:
+        k = np.concatenate([cache.k, k], axis=2)  # [B, H, T+S, d]
+        v = np.concatenate([cache.v, v], axis=2)
+        new_allowed = np.ones((h.shape[0], h.shape[1]), dtype=bool)  # generated keys: never masked
+        key_allowed = np.concatenate([cache.key_allowed, new_allowed], axis=1)
+        support = np.broadcast_to(key_allowed[:, None, :], (h.shape[0], h.shape[1], k.shape[2]))
+        s_new, t_all = h.shape[1], k.shape[2]
+        causal = np.tril(np.ones((s_new, t_all), dtype=bool), k=t_all - s_new)
+        support = support & causal[None]
+    else:
+        if support is None:
+            raise ValueError("a full (uncached) pass needs the attention support")
+        key_allowed = support[:, -1, :]  # the last query sees every non-padding key
+    scores = spec.plga_scores(q, g_lm, k, sqrt_d=float32_sqrt(config.depth))  # [B, H, S, T]
+    deductive["scores"] = scores
+    weights = spec.finite_mask_softmax(scores, support[:, None, :, :], spec.MASK_FILL)  # [B, H, S, T]
+    attn = _linear(_merge(weights @ v), params, p + "mha1.dense")  # [B, S, D]
+    h1 = _ln(attn + h, params, p + "layernorm1")
+    out = _ln(_glu(h1, params, p + "ffn.") + h1, params, p + "layernorm2")
+    new_cache = LayerCache(k=k, v=v, A=a, A_LM=a_lm, G_LM=g_lm, key_allowed=key_allowed)
+    return out, deductive, new_cache
+
+
+def forward(
+    params: Mapping[str, Array],
+    config: PLDRConfig,
+    tokens: Array,
+    *,
+    constant_g: Sequence[Array] | None = None,
+) -> ForwardResult:
+    """The full forward pass on token ids [B, S] (id 0 is padding) → logits [B, S, V].
+
+    ``constant_g`` (one [H, d, d] or [B, H, d, d] operator per layer) replaces the metric
+    learner: the collapsed / custom-G model of SPEC §3.
+    """
+    tokens = _check_tokens(tokens, config)
+    _check_constant_g(constant_g, config)
+    support = attention_support(tokens)  # [B, S, S]
+    positions = np.arange(tokens.shape[1])
+    h = embed(params, config, tokens)
+    deductive, caches = [], []
+    for i in range(config.num_layers):
+        g = None if constant_g is None else constant_g[i]
+        h, ded, cache = decoder_layer(params, config, i, h, positions, support, constant_g=g)
+        deductive.append(ded)
+        caches.append(cache)
+    logits = _linear(h, params, "final_layer")  # [B, S, V]
+    return ForwardResult(logits=logits, hidden=h, deductive=deductive, caches=caches)
+
+
+def step(
+    params: Mapping[str, Array],
+    config: PLDRConfig,
+    tokens: Array,
+    caches: list[LayerCache],
+    mode: str,
+    constant_g: Sequence[Array] | None = None,
+) -> tuple[Array, list[LayerCache]]:
+    """A cached decoding step: new token ids [B, S_new] at positions after the cache → logits."""
+    offset = caches[0].k.shape[2]
+    tokens = _check_tokens(tokens, config, offset)
+    positions = np.arange(offset, offset + tokens.shape[1])
+    h = embed(params, config, tokens)
+    new_caches = []
+    for i in range(config.num_layers):
+        g = None if constant_g is None else constant_g[i]
+        h, _, cache = decoder_layer(params, config, i, h, positions, None, caches[i], mode, g)
+        new_caches.append(cache)
+    return _linear(h, params, "final_layer"), new_caches
+
+
+def sample_next(
+    logits: Array,
+    rng: np.random.Generator | None = None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+) -> Array:
+    """Next token ids [B] from last-position logits [B, V].
+
+    ``temperature == 0`` is greedy (first maximum on ties). Otherwise logits/temperature are
+    restricted to the ``top_k`` largest (if > 0) and to the smallest set whose probability
+    reaches ``top_p`` (the token that crosses p is kept: standard nucleus sampling, one token
+    wider than the published loop's cut), then one token is drawn with ``rng``.
+    """
+    logits = as_float64(logits)
+    if temperature < 0 or not (0 < top_p <= 1) or top_k < 0:
+        raise ValueError(f"need temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
+    if temperature == 0:
+        return np.argmax(logits, axis=-1)
+    if rng is None:
+        raise ValueError("sampling with temperature > 0 needs a seeded numpy Generator")
+    out = np.empty(logits.shape[0], dtype=np.int64)
+    for b, row in enumerate(logits / temperature):
+        order = np.argsort(-row, kind="stable")  # [V] most likely first
+        keep = len(order) if top_k == 0 else min(top_k, len(order))
+        probs = np.exp(row[order[:keep]] - row[order[0]])
+        probs /= probs.sum()
+        cut = int(np.searchsorted(np.cumsum(probs), top_p * (1 - 1e-12)) + 1)
+        probs = probs[: max(1, min(cut, keep))]
+        out[b] = order[rng.choice(len(probs), p=probs / probs.sum())]
+    return out
+
+
+def generate(
+    params: Mapping[str, Array],
+    config: PLDRConfig,
+    prompt: Array,
+    max_new_tokens: int,
+    mode: str = "kv",
+    *,
+    constant_g: Sequence[Array] | None = None,
+    temperature: float = 0.0,
+    top_k: int = 0,
+    top_p: float = 1.0,
+    seed: int | None = None,
+) -> GenerationResult:
+    """Decode ``max_new_tokens`` tokens after ``prompt`` [B, S] (greedy unless temperature > 0).
+
+    Modes (SPEC §3): ``nocache`` recomputes the whole forward (so G) every step; ``kv`` caches
+    rotated K, V and the prompt's generator A and recomputes G_LM from that frozen A; ``kvg``
+    also freezes A_LM and G_LM; ``constant`` uses ``constant_g`` and never runs the learner.
+    Cached steps attend to every cached key except the prompt's padding keys.
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+    if mode == "constant" and constant_g is None:
+        raise ValueError("mode 'constant' needs constant_g (one operator per layer)")
+    if max_new_tokens < 0:
+        raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
+    tokens = _check_tokens(prompt, config)
+    if tokens.shape[1] + max_new_tokens > config.max_seq_len:
+        raise ValueError(
+            f"prompt length {tokens.shape[1]} + {max_new_tokens} new tokens exceeds max_seq_len={config.max_seq_len}"
+        )
+    rng = np.random.default_rng(seed) if seed is not None else None
+    steps: list[Array] = []
+    if mode == "nocache":
+        for _ in range(max_new_tokens):
+            logits = forward(params, config, tokens, constant_g=constant_g).logits[:, -1]  # [B, V]
+            steps.append(logits)
+            nxt = sample_next(logits, rng, temperature, top_k, top_p)
+            tokens = np.concatenate([tokens, nxt[:, None]], axis=1)
+    elif max_new_tokens:
+        result = forward(params, config, tokens, constant_g=constant_g)
+        caches, logits = result.caches, result.logits[:, -1]
+        cached_mode = "kvg" if mode == "constant" else mode
+        for n in range(max_new_tokens):
+            steps.append(logits)
+            nxt = sample_next(logits, rng, temperature, top_k, top_p)
+            tokens = np.concatenate([tokens, nxt[:, None]], axis=1)
+            if n + 1 < max_new_tokens:
+                out, caches = step(params, config, nxt[:, None], caches, cached_mode, constant_g)
+                logits = out[:, -1]
+    vocab = config.input_vocab_size
+    step_logits = np.stack(steps, axis=1) if steps else np.zeros((tokens.shape[0], 0, vocab))
+    return GenerationResult(tokens=tokens, step_logits=step_logits)
+
+
+__all__ = [
+    "MODES", "DEFAULT_DPS", "ForwardResult", "GenerationResult", "LayerCache", "attention_support",
+    "decoder_layer", "embed", "forward", "generate", "generator", "is_mp", "metric_learner_units",
+    "power_stage", "sample_next", "step", "to_backend",
+]
