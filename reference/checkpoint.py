@@ -213,3 +213,22 @@ def save_safetensors(state: Mapping[str, Array], config: PLDRConfig, folder: str
     with atomic_path(folder / "config.json") as tmp:
         tmp.write_text(json.dumps(config.to_upstream(), indent=1))
     return out
+
+
+def random_params(config: PLDRConfig, seed: int = 0) -> dict[str, Array]:
+    """Seeded float32 weights of every key, scaled so the model is well-conditioned.
+
+    LayerNorm gains near 1, exponents P small (A_P stays moderate), other tensors
+    ~ N(0, 1/fan_in). For tests, benchmarks and the built-in audit model; not a trained model.
+    """
+    rng = np.random.default_rng(seed)
+    params = {}
+    for key, shape in expected_shapes(config).items():
+        if key.endswith(".weight") and len(shape) == 1:  # LayerNorm gains
+            value = 1 + 0.1 * rng.standard_normal(shape)
+        elif key.endswith("pwlst"):
+            value = 0.3 * rng.standard_normal(shape)
+        else:
+            value = rng.standard_normal(shape) / np.sqrt(shape[-1])
+        params[key] = value.astype(np.float32)
+    return params

@@ -1,0 +1,63 @@
+"""Shared fixtures and Hypothesis profiles of the plga test suite.
+
+``../shared/data`` (beside the checkout, or ``$PLGA_SHARED_DATA``) holds the golden vectors
+and the real trained G_LM; tests that need it skip with a reason naming the path.
+Hypothesis profiles: ``dev`` (default), ``ci`` (derandomized; chosen when ``CI`` is set),
+``thorough``; override with ``HYPOTHESIS_PROFILE`` or ``--hypothesis-profile``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = Path(os.environ.get("PLGA_SHARED_DATA", REPO.parent / "shared" / "data"))
+
+settings.register_profile(
+    "dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile(
+    "ci",
+    parent=settings.get_profile("ci"),
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+settings.register_profile("thorough", parent=settings.get_profile("ci"), max_examples=1000)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+
+def shared_file(*parts: str) -> Path:
+    """Path of a file under ../shared/data, skipping the test with a reason when it is absent."""
+    path = SHARED_DATA.joinpath(*parts)
+    if not path.exists():
+        pytest.skip(f"shared data not available: {path} (set PLGA_SHARED_DATA or place ../shared/data beside the checkout)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def golden():
+    """The golden checkpoint (params, config) and arrays of the published v510 code."""
+    import numpy as np
+
+    from plga.reference.checkpoint import load_checkpoint
+
+    ckpt = shared_file("golden", "small_seed0.pth")
+    pytest.importorskip("torch", reason="reading the upstream .pth golden checkpoint needs torch")
+    params, config = load_checkpoint(ckpt, max_seq_len=64)
+    with np.load(shared_file("golden", "small_seed0_golden.npz")) as z:
+        arrays = {k: z[k] for k in z.files}
+    return params, config, arrays
+
+
+@pytest.fixture(scope="session")
+def trained_g():
+    """The real trained G_LM of PLDR-LLM-v51-110M-1, float32 [5, 14, 64, 64]."""
+    import numpy as np
+
+    with np.load(shared_file("upstream", "pldrv51_110m_1_G_LM.npz")) as z:
+        return z["G_LM"]

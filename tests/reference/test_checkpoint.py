@@ -1,0 +1,179 @@
+"""Loading weights: safe formats only, one clear error listing every problem (SPEC §2)."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from plga.reference.checkpoint import (
+    CheckpointError,
+    expected_shapes,
+    load_checkpoint,
+    random_params,
+    save_safetensors,
+    validate_state_dict,
+)
+from plga.reference.config import PLDRConfig, infer_config
+
+CONFIG = PLDRConfig.from_name("tiny")
+
+
+@pytest.fixture
+def params():
+    return random_params(CONFIG, seed=0)
+
+
+def test_safetensors_round_trip_with_config(tmp_path, params):
+    pytest.importorskip("safetensors")
+    save_safetensors(params, CONFIG, tmp_path)
+    loaded, config = load_checkpoint(tmp_path)
+    assert config == CONFIG
+    assert loaded.keys() == params.keys()
+    for k in params:
+        np.testing.assert_array_equal(loaded[k], params[k])
+
+
+def test_config_is_inferred_from_shapes(params):
+    inferred = infer_config({k: v.shape for k, v in params.items()}, max_seq_len=64)
+    assert inferred == CONFIG
+
+
+def test_golden_config_is_inferred(golden):
+    _, config, _ = golden
+    assert (config.num_layers, config.d_model, config.num_heads, config.dff, config.A_dff) == (2, 64, 4, 96, 24)
+    assert (config.num_reslayerA, config.num_denseA, config.input_vocab_size) == (2, 2, 101)
+
+
+def test_presets_have_the_documented_shapes():
+    small, paper = PLDRConfig.from_name("small"), PLDRConfig.from_name("paper-110m")
+    assert (small.num_layers, small.d_model, small.num_heads, small.dff, small.A_dff) == (2, 256, 4, 683, 64)
+    assert (paper.depth, paper.num_reslayerA, paper.input_vocab_size) == (64, 8, 32000)
+    n = sum(int(np.prod(s)) for s in expected_shapes(paper).values())
+    assert n == 109_689_362  # the parameter count of the released v51 110M models
+
+
+def test_hf_config_json_is_understood(tmp_path):
+    cfg = {
+        "model_type": "pldrllm", "num_hidden_layers": 5, "hidden_size": 896, "num_attention_heads": 14,
+        "intermediate_size": 2389, "A_dff": 170, "num_reslayerA": 8, "num_denseA": 2,
+        "vocab_size": 32000, "max_position_embeddings": 1024, "reference_rope": True, "rope_theta": 10000.0,
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(cfg))
+    assert PLDRConfig.from_json(path) == PLDRConfig.from_name("paper-110m")
+    cfg["reference_rope"] = False
+    path.write_text(json.dumps(cfg))
+    assert PLDRConfig.from_json(path).rope_style == "rotate_half"
+
+
+@pytest.mark.parametrize(
+    ("mutate", "message"),
+    [
+        (lambda p: p.pop("final_layer.bias"), "missing keys \\['final_layer.bias'\\]"),
+        (lambda p: p.update(extra=np.zeros(3, np.float32)), "unexpected keys \\['extra'\\]"),
+        (lambda p: p.update({"final_layer.bias": np.zeros(5, np.float32)}), "mis-shaped tensors .*final_layer.bias: expected \\(37,\\), got \\(5,\\)"),
+        (lambda p: p["decoder.embedding.weight"].__setitem__((0, 0), np.nan), "non-finite .*decoder.embedding.weight"),
+    ],
+)
+def test_bad_state_dicts_are_refused_with_the_keys_named(params, mutate, message):
+    mutate(params)
+    with pytest.raises(CheckpointError, match=message):
+        validate_state_dict(params, CONFIG, "model.pth")
+
+
+def test_every_problem_is_listed_at_once(params):
+    params.pop("final_layer.bias")
+    params["surplus"] = np.zeros(1, np.float32)
+    with pytest.raises(CheckpointError, match="missing keys .*; unexpected keys"):
+        validate_state_dict(params, CONFIG)
+
+
+def _save_pth(tmp_path, params, name="model.pth"):
+    torch = pytest.importorskip("torch")
+    path = tmp_path / name
+    torch.save({"model_state_dict": {k: torch.from_numpy(v) for k, v in params.items()}, "loss": 1.0}, path)
+    return path
+
+
+def test_upstream_pth_loads(tmp_path, params):
+    path = _save_pth(tmp_path, params)
+    loaded, config = load_checkpoint(path, max_seq_len=64)
+    assert config == CONFIG
+    np.testing.assert_array_equal(loaded["final_layer.weight"], params["final_layer.weight"])
+
+
+def test_truncated_pth_is_refused(tmp_path, params):
+    path = _save_pth(tmp_path, params)
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 2])
+    with pytest.raises(CheckpointError, match="model.pth"):
+        load_checkpoint(path)
+
+
+def test_empty_and_missing_files_are_refused(tmp_path):
+    empty = tmp_path / "empty.pth"
+    empty.write_bytes(b"")
+    with pytest.raises(CheckpointError, match="empty"):
+        load_checkpoint(empty)
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_checkpoint(tmp_path / "absent.pth")
+
+
+class _Payload:
+    """Unpickling this would create the marker file: proof that code ran."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (open, (self.marker, "w"))
+
+
+def test_code_executing_pickle_in_a_torch_zip_is_refused_and_never_runs(tmp_path):
+    torch = pytest.importorskip("torch")
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pth"
+    torch.save({"model_state_dict": {"x": _Payload(marker)}}, path)
+    assert not marker.exists()
+    with pytest.raises(CheckpointError, match="could not be loaded safely"):
+        load_checkpoint(path)
+    assert not marker.exists(), "the pickle payload ran"
+
+
+def test_raw_pickle_is_refused_without_unpickling(tmp_path):
+    pytest.importorskip("torch")
+    marker = tmp_path / "pwned"
+    path = tmp_path / "evil.pth"
+    path.write_bytes(pickle.dumps({"model_state_dict": _Payload(marker)}))
+    with pytest.raises(CheckpointError, match="not a torch zip checkpoint"):
+        load_checkpoint(path)
+    assert not marker.exists(), "the pickle payload ran"
+
+
+def test_corrupt_safetensors_is_refused(tmp_path):
+    pytest.importorskip("safetensors")
+    path = tmp_path / "model.safetensors"
+    path.write_bytes(b"\x10\x00\x00\x00\x00\x00\x00\x00{not json")
+    with pytest.raises(CheckpointError, match="not a readable safetensors"):
+        load_checkpoint(path)
+
+
+def test_config_that_disagrees_with_the_weights_is_refused(tmp_path, params):
+    pytest.importorskip("safetensors")
+    save_safetensors(params, CONFIG, tmp_path)
+    wrong = json.loads((tmp_path / "config.json").read_text()) | {"num_heads": 4}
+    (tmp_path / "config.json").write_text(json.dumps(wrong))
+    with pytest.raises(CheckpointError, match="mis-shaped"):
+        load_checkpoint(tmp_path)
+
+
+@pytest.mark.parametrize(
+    ("field", "value"), [("num_layers", 0), ("d_model", 15), ("num_heads", "2"), ("d_model", 18)]
+)
+def test_invalid_configs_are_refused(field, value):
+    kwargs = CONFIG.to_upstream() | {field: value}
+    with pytest.raises(ValueError, match="PLDRConfig|divisible|even"):
+        PLDRConfig.from_upstream(kwargs)

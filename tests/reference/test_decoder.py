@@ -1,0 +1,117 @@
+"""Decoder semantics: caches, constant G, sampling, masks and input validation (SPEC §2–3)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from plga.reference import decoder
+from plga.reference.checkpoint import random_params
+from plga.reference.config import PLDRConfig
+
+CONFIG = PLDRConfig.from_name("tiny")
+PARAMS = decoder.to_backend(random_params(CONFIG, seed=11))
+PROMPT = np.array([[3, 17, 5, 29, 8]])
+
+
+def test_kv_and_kvg_decode_identically():
+    kv = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "kv")
+    kvg = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "kvg")
+    np.testing.assert_array_equal(kv.tokens, kvg.tokens)
+    np.testing.assert_array_equal(kv.step_logits, kvg.step_logits)
+
+
+def test_constant_g_equal_to_the_prompt_operator_reproduces_kvg():
+    """Inference collapse at model level: the cached G as a constant gives the kvg model."""
+    prompt_g = [ded["G_LM"][0] for ded in decoder.forward(PARAMS, CONFIG, PROMPT).deductive]
+    kvg = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "kvg")
+    const = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "constant", constant_g=prompt_g)
+    np.testing.assert_array_equal(const.tokens, kvg.tokens)
+    np.testing.assert_array_equal(const.step_logits, kvg.step_logits)
+
+
+def test_a_different_constant_g_changes_the_logits():
+    """Negative control for the test above: the comparison sees a wrong operator."""
+    prompt_g = [ded["G_LM"][0] * 1.01 for ded in decoder.forward(PARAMS, CONFIG, PROMPT).deductive]
+    kvg = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "kvg")
+    const = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "constant", constant_g=prompt_g)
+    assert not np.array_equal(const.step_logits, kvg.step_logits)
+
+
+def test_cached_step_equals_full_forward_under_constant_g():
+    """With G fixed, a KV-cached step and a full recomputation give the same logits."""
+    g = [np.eye(CONFIG.depth)[None].repeat(CONFIG.num_heads, 0)] * CONFIG.num_layers
+    cached = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "constant", constant_g=g)
+    full = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "nocache", constant_g=g)
+    np.testing.assert_array_equal(cached.tokens, full.tokens)
+    np.testing.assert_allclose(cached.step_logits, full.step_logits, rtol=1e-12, atol=1e-12)
+
+
+def test_nocache_recomputes_g_from_the_whole_sequence():
+    """The Gram includes every row: appending a token changes G_LM of an uncollapsed model."""
+    short = decoder.forward(PARAMS, CONFIG, PROMPT).deductive[0]["G_LM"]
+    longer = decoder.forward(PARAMS, CONFIG, np.concatenate([PROMPT, [[4]]], axis=1)).deductive[0]["G_LM"]
+    assert not np.allclose(short, longer)
+
+
+def test_padding_keys_are_masked_and_future_rows_do_not_leak_through_attention():
+    tokens = np.array([[3, 17, 5, 0, 0]])
+    ded = decoder.forward(PARAMS, CONFIG, tokens).deductive[0]
+    support = decoder.attention_support(tokens)[0]
+    assert not support[:, 3:].any() and support[2, :3].all() and not support[0, 1]
+    assert ded["scores"].shape == (1, CONFIG.num_heads, 5, 5)
+
+
+def test_batched_forward_equals_per_sequence():
+    tokens = np.array([[3, 17, 5, 29, 8], [0, 0, 4, 6, 9], [7, 7, 0, 0, 0]])
+    batched = decoder.forward(PARAMS, CONFIG, tokens).logits
+    for b in range(len(tokens)):
+        single = decoder.forward(PARAMS, CONFIG, tokens[b : b + 1]).logits
+        np.testing.assert_allclose(batched[b], single[0], rtol=1e-13, atol=1e-13)
+
+
+def test_seeded_sampling_is_reproducible_and_greedy_limits_agree():
+    a = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "kv", temperature=0.8, top_k=5, seed=4)
+    b = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "kv", temperature=0.8, top_k=5, seed=4)
+    np.testing.assert_array_equal(a.tokens, b.tokens)
+    greedy = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "kv")
+    top1 = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "kv", temperature=1.0, top_k=1, seed=9)
+    np.testing.assert_array_equal(greedy.tokens, top1.tokens)
+
+
+def test_top_p_keeps_the_smallest_set_reaching_p():
+    logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
+    rng = np.random.default_rng(0)
+    draws = {int(decoder.sample_next(logits, rng, 1.0, 0, 0.7)[0]) for _ in range(400)}
+    assert draws == {0, 1}  # 0.5 < 0.7 ≤ 0.8: the crossing token is kept, the rest never drawn
+    draws = {int(decoder.sample_next(logits, rng, 1.0, 0, 0.5)[0]) for _ in range(200)}
+    assert draws == {0}
+
+
+@pytest.mark.parametrize(
+    ("tokens", "error"),
+    [
+        (np.array([[1, 2, 99]]), ValueError),  # id outside the vocabulary of 37
+        (np.array([[-1, 2]]), ValueError),
+        (np.array([1, 2, 3]), ValueError),  # rank 1
+        (np.zeros((1, 0), dtype=np.int64), ValueError),  # empty sequence
+        (np.array([[1.0, 2.0]]), TypeError),  # floats are not token ids
+        (np.ones((1, 65), dtype=np.int64), ValueError),  # longer than max_seq_len = 64
+    ],
+)
+def test_bad_token_input_is_refused(tokens, error):
+    with pytest.raises(error):
+        decoder.forward(PARAMS, CONFIG, tokens)
+
+
+def test_generation_arguments_are_validated():
+    with pytest.raises(ValueError, match="unknown mode"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "fast")
+    with pytest.raises(ValueError, match="needs constant_g"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "constant")
+    with pytest.raises(ValueError, match="exceeds max_seq_len"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 60, "kv")
+    with pytest.raises(ValueError, match="one operator per layer"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "constant", constant_g=[])
+    with pytest.raises(ValueError, match="seeded"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "kv", temperature=1.0)
