@@ -127,8 +127,10 @@ def read_pth(path: Path) -> dict[str, Array]:
         ) from None
     if not zipfile.is_zipfile(path):
         raise CheckpointError(
-            f"{path} is not a torch zip checkpoint (truncated, corrupt, or a legacy/raw pickle); "
-            "refusing to unpickle it"
+            f"{path} is not a torch zip checkpoint (truncated, corrupt, or a legacy/raw pickle such as "
+            "the upstream predefined-G ablation files of CUDA tensors); refusing to unpickle it. "
+            "Convert such a file only on a trusted machine with torch, e.g. "
+            "torch.load(p, map_location='cpu', weights_only=False) then safetensors.torch.save_file"
         )
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)

@@ -107,12 +107,35 @@ def generator(params: Mapping[str, Array], config: PLDRConfig, layer: int, q_rot
     )
 
 
+class NonFiniteError(ValueError):
+    """A deductive tensor overflowed or became NaN; the message names the layer and heads."""
+
+
+def check_finite(name: str, tensor: Array, layer: int) -> None:
+    """Raise :class:`NonFiniteError` naming ``layer`` and the heads where ``tensor`` [B, H, …] is not finite."""
+    if is_mp(tensor):
+        return  # mpmath has an unbounded exponent range
+    bad = ~np.isfinite(tensor)
+    if bad.any():
+        heads = sorted({int(h) for h in np.argwhere(bad)[:, 1]}) if tensor.ndim >= 2 else []
+        hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
+        raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {heads}{hint}")
+
+
 def power_stage(params: Mapping[str, Array], layer: int, a: Array) -> tuple[Array, Array, Array]:
-    """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] with the layer's W, b, P, a, b_a."""
+    """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] with the layer's W, b, P, a, b_a.
+
+    Non-finite results (overflow of A_LM ** P) raise :class:`NonFiniteError` with layer and heads.
+    """
     p = f"decoder.dec_layers.{layer}.mha1.plgatt_layer."
+    check_finite("A", a, layer)
     a_lm = spec.metric_tensor(a, params[p + "Wlst"], params[p + "blst"])  # [B, H, d, d]
-    a_p = spec.hadamard_power(a_lm, params[p + "pwlst"])  # [B, H, d, d]
-    g_lm = spec.energy_curvature(a_p, params[p + "alst"], params[p + "balst"])  # [B, H, d, d]
+    with np.errstate(over="ignore", invalid="ignore"):
+        a_p = spec.hadamard_power(a_lm, params[p + "pwlst"])  # [B, H, d, d]
+        g_lm = spec.energy_curvature(a_p, params[p + "alst"], params[p + "balst"])  # [B, H, d, d]
+    check_finite("A_LM", a_lm, layer)
+    check_finite("A_P", a_p, layer)
+    check_finite("G_LM", g_lm, layer)
     return a_lm, a_p, g_lm
 
 
@@ -363,7 +386,7 @@ def generate(
 
 
 __all__ = [
-    "MODES", "DEFAULT_DPS", "ForwardResult", "GenerationResult", "LayerCache", "attention_support",
+    "MODES", "DEFAULT_DPS", "ForwardResult", "NonFiniteError", "check_finite", "GenerationResult", "LayerCache", "attention_support",
     "decoder_layer", "embed", "forward", "generate", "generator", "is_mp", "metric_learner_units",
     "power_stage", "sample_next", "step", "to_backend",
 ]

@@ -115,3 +115,16 @@ def test_generation_arguments_are_validated():
         decoder.generate(PARAMS, CONFIG, PROMPT, 2, "constant", constant_g=[])
     with pytest.raises(ValueError, match="seeded"):
         decoder.generate(PARAMS, CONFIG, PROMPT, 2, "kv", temperature=1.0)
+
+
+def test_overflowing_power_stage_is_reported_with_layer_and_head():
+    """A_LM ** P with tiny A_LM and a large negative exponent overflows: named, not silent."""
+    params = dict(PARAMS)
+    key = "decoder.dec_layers.0.mha1.plgatt_layer."
+    params[key + "Wlst"] = np.zeros_like(params[key + "Wlst"])
+    params[key + "blst"] = np.zeros_like(params[key + "blst"])  # A_LM = ε = 1e-9 everywhere
+    pw = params[key + "pwlst"].copy()
+    pw[1, 0, 0] = -40.0  # (1e-9) ** -40 = 1e360 overflows float64, in head 1 only
+    params[key + "pwlst"] = pw
+    with pytest.raises(decoder.NonFiniteError, match=r"layer 0: A_P is not finite in heads \[1\]"):
+        decoder.forward(params, CONFIG, PROMPT)
