@@ -12,7 +12,7 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 
@@ -187,9 +187,16 @@ def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-seq-len", type=int, default=1024, help="context length when inferring the config (default 1024)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose usage errors are one line on stderr, exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``plga`` command with every subcommand."""
-    parser = argparse.ArgumentParser(prog="plga", description="Power Law Graph Attention: specification, reference, kernels, conformance.")
+    parser = _Parser(prog="plga", description="Power Law Graph Attention: specification, reference, kernels, conformance.")
     parser.add_argument("--version", action="version", version=f"plga {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.required = True
