@@ -10,7 +10,7 @@ import argparse
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -225,13 +225,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (needed when temperature > 0)")
     p.set_defaults(func=cmd_generate)
 
-    for register in _EXTENSIONS:
-        register(sub)
+    from .audit.cli import add_audit_arguments, audit_main
+
+    p = sub.add_parser("audit", help="the paper's collapse measurements on a checkpoint (or a built-in model)")
+    add_audit_arguments(p)
+    p.set_defaults(func=audit_main)
     return parser
-
-
-#: Hooks that add the subcommands of other subpackages; each takes the subparsers object.
-_EXTENSIONS: list[Callable[[Any], None]] = []
 
 
 def main(argv: Sequence[str] | None = None) -> int:

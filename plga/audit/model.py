@@ -1,0 +1,230 @@
+"""Models and prompts for the audit: the built-in small model, prompt sets, collapsed checkpoints.
+
+Collapsed checkpoint format (``collapsed-G-v1``), written by :func:`save_collapsed`:
+
+* a folder with ``model.safetensors`` and ``config.json``;
+* the safetensors file holds every tensor of the original checkpoint **except** the metric
+  learner and power stage of each layer (``mha1.layernorm1.*``, ``mha1.reslayerAs.*``,
+  ``mha1.plgatt_layer.*``), plus one constant operator per layer under
+  ``decoder.dec_layers.{i}.mha1.G_LM`` with shape ``[heads, d, d]`` (dtype of the original
+  weights, float32 for released checkpoints);
+* ``config.json`` is the upstream hyperparameter dict (:meth:`PLDRConfig.to_upstream`) plus
+  ``"plga_format": "collapsed-G-v1"`` and ``"constant_G_key"``.
+
+Decoding such a model is PLGA with the constant G of each layer (SPEC §3, the collapsed model
+of the inference-collapse theorem): :func:`load_collapsed` returns ``(params, config, G)``
+for :func:`plga.reference.decoder.generate` with ``mode="constant", constant_g=G``.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..reference.checkpoint import CheckpointError, expected_shapes
+from ..reference.config import PLDRConfig
+
+#: The built-in model: seeded random weights of a small PLDR-LLM (head dim 64 as in the paper).
+BUILTIN_CONFIG = dict(
+    num_layers=2, d_model=128, num_heads=2, dff=256, A_dff=48, num_reslayerA=2,
+    num_denseA=2, input_vocab_size=32000, max_seq_len=256,
+)
+
+#: The default English prompt set (8 fixed prompts, used when a tokenizer is given).
+DEFAULT_PROMPTS = (
+    "The history of the city begins with a small settlement on the banks of the river, where",
+    "In mathematics, a group is a set equipped with an operation that combines any two elements",
+    "The recipe calls for two cups of flour, a pinch of salt, and a spoonful of honey, which",
+    "When the storm finally passed, the villagers walked down to the harbor to see whether",
+    "Photosynthesis is the process by which green plants use sunlight to turn water and carbon",
+    "The committee met on Tuesday to discuss the budget for the coming year and agreed that",
+    "She opened the old letter carefully, because the paper was thin and the ink had faded",
+    "A computer program is a sequence of instructions that a machine can execute in order to",
+)
+
+_COLLAPSED_DROP = re.compile(r"\.mha1\.(layernorm1|reslayerAs|plgatt_layer)\.")
+COLLAPSED_FORMAT = "collapsed-G-v1"
+COLLAPSED_G_KEY = "decoder.dec_layers.{layer}.mha1.G_LM"
+
+
+def builtin_config(**overrides: Any) -> PLDRConfig:
+    """The built-in model's configuration (``BUILTIN_CONFIG`` with ``overrides``)."""
+    return PLDRConfig(**{**BUILTIN_CONFIG, **overrides})
+
+
+def random_params(config: PLDRConfig, seed: int = 0, collapsed_g: Sequence[Any] | None = None) -> dict[str, np.ndarray]:
+    """Seeded random float32 weights for ``config`` (a reproducible, uncollapsed model).
+
+    Linear weights N(0, 1/fan_in), biases N(0, 0.02²), LayerNorm γ = 1 + N(0, 0.1²),
+    β = N(0, 0.1²); PLGA: W N(0, 1/d), b N(0, 0.5²), P N(0, 0.2²), a N(0, 1/d), b_a N(0, 0.1²).
+    With ``collapsed_g`` (one [H, d, d] per layer) the model is collapsed by construction:
+    a = 0 and b_a = G*, so G_LM = 0·A_P + G* = G* exactly for every input.
+    """
+    rng = np.random.default_rng(seed)
+    d = config.depth
+    out: dict[str, np.ndarray] = {}
+    for key, shape in expected_shapes(config).items():
+        if key.endswith("plgatt_layer.Wlst") or key.endswith("plgatt_layer.alst"):
+            v = rng.normal(0.0, 1.0 / np.sqrt(d), shape)
+        elif key.endswith("plgatt_layer.blst"):
+            v = rng.normal(0.0, 0.5, shape)
+        elif key.endswith("plgatt_layer.pwlst"):
+            v = rng.normal(0.0, 0.2, shape)
+        elif key.endswith("plgatt_layer.balst"):
+            v = rng.normal(0.0, 0.1, shape)
+        elif "layernorm" in key and key.endswith(".weight"):
+            v = 1.0 + rng.normal(0.0, 0.1, shape)
+        elif "layernorm" in key and key.endswith(".bias"):
+            v = rng.normal(0.0, 0.1, shape)
+        elif key.endswith(".bias"):
+            v = rng.normal(0.0, 0.02, shape)
+        elif key == "decoder.embedding.weight":
+            v = rng.normal(0.0, 1.0, shape)
+        else:
+            v = rng.normal(0.0, 1.0 / np.sqrt(shape[-1]), shape)
+        out[key] = v.astype(np.float32)
+    if collapsed_g is not None:
+        if len(collapsed_g) != config.num_layers:
+            raise ValueError(f"collapsed_g needs {config.num_layers} operators, got {len(collapsed_g)}")
+        for i, g in enumerate(collapsed_g):
+            p = f"decoder.dec_layers.{i}.mha1.plgatt_layer."
+            out[p + "alst"] = np.zeros_like(out[p + "alst"])
+            out[p + "balst"] = np.broadcast_to(np.asarray(g, dtype=np.float32), out[p + "balst"].shape).copy()
+    return out
+
+
+def builtin_prompt_ids(vocab: int, n: int = 8, seed: int = 1234) -> list[list[int]]:
+    """The built-in deterministic token-id prompt set: ``n`` prompts of 10–17 ids in [4, vocab).
+
+    Ids 0 (pad) and 3 (EOS) never occur (nor 1, 2), so the set is valid for any vocabulary ≥ 5.
+    """
+    if vocab < 5:
+        raise ValueError(f"the built-in prompt set needs a vocabulary of at least 5 ids, got {vocab}")
+    rng = np.random.default_rng(seed)
+    lengths = [12, 14, 16, 13, 15, 11, 17, 10][:n] + [12] * max(0, n - 8)
+    return [[int(x) for x in rng.integers(4, vocab, size=s)] for s in lengths]
+
+
+def load_tokenizer(path: str | Path) -> Any:
+    """A SentencePiece processor from a ``.model`` file (one-line error when unreadable)."""
+    try:
+        import sentencepiece as spm
+    except ImportError:
+        raise ValueError("tokenizing text prompts needs the 'sentencepiece' package (pip install 'plga[audit]')") from None
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"tokenizer {path} does not exist")
+    sp = spm.SentencePieceProcessor()
+    try:
+        sp.Load(str(path))
+    except Exception as exc:  # sentencepiece raises OSError/RuntimeError on a bad file
+        raise ValueError(f"tokenizer {path} is not a SentencePiece model: {exc}") from exc
+    return sp
+
+
+def encode_prompts(texts: Sequence[str], tokenizer: Any) -> list[list[int]]:
+    """Encode text prompts without BOS or EOS (the v51 convention); empty encodings are an error."""
+    ids = [list(map(int, tokenizer.EncodeAsIds(t))) for t in texts]
+    empty = [i for i, x in enumerate(ids) if not x]
+    if empty:
+        raise ValueError(f"prompts {empty} encode to no tokens")
+    return ids
+
+
+def read_prompt_file(path: str | Path) -> tuple[list[list[int]] | None, list[str] | None]:
+    """Prompts from a file → (token ids, None) for ``.npy``/JSON lists of lists, (None, texts) for text.
+
+    ``.npy``: an int array [N, S] (0 = padding, stripped) or an object array of 1-d arrays.
+    ``.json``: a list of lists of ints, or a list of strings. Anything else: one prompt a line.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"prompt file {path} does not exist")
+    if path.suffix == ".npy":
+        arr = np.load(path, allow_pickle=False)
+        if arr.ndim != 2 or arr.dtype.kind not in "iu":
+            raise ValueError(f"{path}: expected an integer array [prompts, tokens], got {arr.dtype} {arr.shape}")
+        return [[int(t) for t in row if t != 0] for row in arr], None
+    if path.suffix == ".json":
+        try:
+            data = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path} is not valid JSON: {exc}") from exc
+        if isinstance(data, list) and data and all(isinstance(x, str) for x in data):
+            return None, list(data)
+        if not (isinstance(data, list) and data and all(isinstance(r, list) and r and all(isinstance(t, int) and not isinstance(t, bool) for t in r) for r in data)):
+            raise ValueError(f"{path}: expected a non-empty JSON list of non-empty lists of token ids (or of strings)")
+        return [list(r) for r in data], None
+    texts = [line for line in path.read_text().splitlines() if line.strip()]
+    if not texts:
+        raise ValueError(f"prompt file {path} holds no prompts")
+    return None, texts
+
+
+def validate_prompts(prompts: Sequence[Sequence[int]], config: PLDRConfig) -> list[list[int]]:
+    """Check ids lie in [1, vocab) and lengths fit the context; return plain lists."""
+    out = []
+    for i, p in enumerate(prompts):
+        p = [int(t) for t in p]
+        if not p:
+            raise ValueError(f"prompt {i} is empty")
+        if min(p) < 1 or max(p) >= config.input_vocab_size:
+            raise ValueError(f"prompt {i} has token ids outside [1, {config.input_vocab_size}): range [{min(p)}, {max(p)}]")
+        if len(p) >= config.max_seq_len:
+            raise ValueError(f"prompt {i} has {len(p)} tokens, the context is {config.max_seq_len}")
+        out.append(p)
+    if not out:
+        raise ValueError("no prompts")
+    return out
+
+
+def save_collapsed(params: Mapping[str, np.ndarray], config: PLDRConfig, constant_g: Sequence[Any], folder: str | Path) -> Path:
+    """Write the collapsed checkpoint (format ``collapsed-G-v1``, module docstring) atomically."""
+    from safetensors.numpy import save_file
+
+    from ..atomic import atomic_path
+
+    if len(constant_g) != config.num_layers:
+        raise ValueError(f"need one constant G per layer ({config.num_layers}), got {len(constant_g)}")
+    dtype = np.asarray(params["decoder.embedding.weight"]).dtype
+    state = {k: np.ascontiguousarray(v) for k, v in params.items() if not _COLLAPSED_DROP.search(k)}
+    want = (config.num_heads, config.depth, config.depth)
+    for i, g in enumerate(constant_g):
+        g = np.asarray(g)
+        if g.shape != want:
+            raise ValueError(f"constant G of layer {i} must have shape {want}, got {g.shape}")
+        state[COLLAPSED_G_KEY.format(layer=i)] = np.ascontiguousarray(g.astype(dtype))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = folder / "model.safetensors"
+    with atomic_path(out) as tmp:
+        save_file(state, str(tmp))
+    meta = {**config.to_upstream(), "plga_format": COLLAPSED_FORMAT, "constant_G_key": COLLAPSED_G_KEY}
+    with atomic_path(folder / "config.json") as tmp:
+        tmp.write_text(json.dumps(meta, indent=1))
+    return out
+
+
+def load_collapsed(folder: str | Path) -> tuple[dict[str, np.ndarray], PLDRConfig, list[np.ndarray]]:
+    """Read a ``collapsed-G-v1`` folder → (non-learner params, config, per-layer G [H, d, d])."""
+    from safetensors.numpy import load_file
+
+    folder = Path(folder)
+    try:
+        meta = json.loads((folder / "config.json").read_text())
+    except (OSError, json.JSONDecodeError) as exc:
+        raise CheckpointError(f"{folder}: unreadable config.json: {exc}") from exc
+    if meta.get("plga_format") != COLLAPSED_FORMAT:
+        raise CheckpointError(f"{folder} is not a {COLLAPSED_FORMAT} checkpoint")
+    config = PLDRConfig.from_upstream(meta)
+    state = dict(load_file(str(folder / "model.safetensors")))
+    g = [state.pop(COLLAPSED_G_KEY.format(layer=i)) for i in range(config.num_layers)]
+    want = {k: v for k, v in expected_shapes(config).items() if not _COLLAPSED_DROP.search(k)}
+    if set(want) != set(state) or any(tuple(state[k].shape) != want[k] for k in want):
+        raise CheckpointError(f"{folder}: tensors do not match the configuration {config}")
+    return state, config, g

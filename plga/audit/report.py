@@ -1,0 +1,210 @@
+"""Human-readable outputs of the audit: ``summary.md`` and PNG plots (matplotlib, Agg backend)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..atomic import atomic_path
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, float):
+        return f"{x:.6g}"
+    return str(x)
+
+
+def _mmm(d: Mapping[str, Any]) -> str:
+    return " / ".join(_fmt(d.get(k)) for k in ("min", "median", "max"))
+
+
+def summary_markdown(record: Mapping[str, Any]) -> str:
+    """The audit's ``summary.md``: environment, then one table per measurement."""
+    s = record["summary"]
+    env, model = record["environment"], record["model"]
+    lines = [
+        "# PLGA audit",
+        "",
+        f"Model: `{model['source']}` (params sha256 `{model['params_sha256'][:16]}…`), config `{model['config']}`.",
+        f"Backend {env['backend']} on {env['device']} ({env['dtype']}); numpy {env['numpy']}, torch {env.get('torch')}, python {env['python']}.",
+        f"Prompts: {len(record['prompts']['lengths'])} (lengths {record['prompts']['lengths']}). Raw arrays: `{record['raw_records']['file']}` sha256 `{record['raw_records']['sha256']}`.",
+        "Every number below is re-derived from the raw arrays by `plga.audit.summarize`. Cells are min / median / max.",
+        "",
+        "## Order parameter (two seeded stochastic continuations, re-scored without cache)",
+        "",
+        "| tensor | rms normalization | symmetrized signed-mean normalization |",
+        "|---|---|---|",
+    ]
+    for t, v in s.get("order_parameter", {}).items():
+        lines.append(f"| {t} | {_mmm(v['rms'])} | {_mmm(v['signed'])} |")
+    lines += ["", "## Cached (KV/G) vs recomputed decoding", "",
+              "| prompt | steps | max ε_G rel RMS | max ε_G abs | max Δlogit B | min margin | 2B < margin | argmax agree | kv = kvg |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for i, d in enumerate(s.get("decode", [])):
+        lines.append(
+            f"| {i} | {d['T']} | {_fmt(d['epsG_rel_rms_max_over_steps'])} | {_fmt(d['epsG_absmax_over_steps'])} | "
+            f"{_fmt(d['max_dlogit'])} | {_fmt(d['min_margin'])} | {d['margin_criterion_2B']} | {d['argmax_agree']} ({d['n_disagree']} off) | {d['kv_equals_kvg']} |"
+        )
+    sp = s.get("spectra", {})
+    if sp:
+        lines += ["", f"## Spectra ({sp['n_instances']} (prompt, layer, head) instances)", "", "| key | min / median / max |", "|---|---|"]
+        for k in ("A_s1", "A_s2_over_s1", "A_numrank", "ALM_s1", "ALM_s2_over_s1", "ALM_numrank", "GLM_numrank",
+                  "rowvar_ratio", "crosshead_rms", "crosshead_rel"):
+            lines.append(f"| {k} | {_mmm(sp[k])} |")
+        lines += ["", f"Rank histograms: A {sp['A_numrank_hist']}; A_LM {sp['ALM_numrank_hist']}; G_LM {sp['GLM_numrank_hist']}. Non-finite matrices: {sp['nonfinite_matrices']}."]
+    if "glm_commutant_residual" in s:
+        c = s["glm_commutant_residual"]
+        lines += ["", "## RoPE structure", "", f"Commutant residual of G_LM: {_mmm(c['all'])}; per layer: "
+                  + "; ".join(f"L{i} {_mmm(v)}" for i, v in enumerate(c["per_layer"])) + "."]
+    if "twirl_empirical" in s:
+        tw = s["twirl_empirical"]
+        lines += ["", "| twirl (head 0) | per instance | prompt-pooled per layer |", "|---|---|---|"]
+        for k in ("commutant_frac_unrot", "commutant_frac_rot", "offcomm_suppression"):
+            lines.append(f"| {k} | {_mmm(tw['per_instance'][k])} | {_mmm(tw['prompt_pooled_per_layer'][k])} |")
+        lines.append(f"\nAnalytic: C_Θ = {_fmt(tw['analytic']['C_theta'])} over {tw['analytic']['n_frequencies']} frequencies (d = {tw['analytic']['d']}).")
+    if "contraction" in s:
+        c = s["contraction"]
+        n = c["n_pairs"]
+        lines += ["", "## Row-map contraction (empirical pairwise ratios)", "",
+                  f"Within prompts: {_mmm(c['pairwise_within'])} ({n['within']} retained of {n['attempted_within']} attempted); "
+                  f"across prompts: {_mmm(c['pairwise_cross'])} ({n['cross']} retained of {n['attempted_cross']} attempted)."]
+    if "dag_losses" in s:
+        lines += ["", "## DAG loss (overflow-safe) and ε-LayerNorm scale error", "", "| quantity | min / median / max |", "|---|---|"]
+        for k, v in s["dag_losses"].items():
+            lines.append(f"| dag {k} | {_mmm(v)} |")
+        ln = s.get("ln_scale_error", {})
+        for k in ("rowvar_DS", "direct_rel", "direct_abs", "proxy"):
+            if k in ln:
+                lines.append(f"| ln_scale_error {k} | {_mmm(ln[k])} |")
+        if ln:
+            lines.append(f"\n{ln['n_rows']} rows, {ln['n_zero_var_rows']} with zero variance.")
+    if "online" in s:
+        o = s["online"]
+        o1 = o["o1_prefix_rows"]
+        lines += ["", "## Online-contract probes", "",
+                  "- O1 suffix change, prefix rows (max_abs / l2 / nonzero): "
+                  + "; ".join(f"[{i}] {d['max_abs']:.3g} / {d['l2']:.3g} / {d['nonzero']}" for i, d in enumerate(o1["suffix_change"]))
+                  + "; G_LM per layer max_abs: " + ", ".join(f"{d['G_LM']['max_abs']:.3g}" for d in o1["deductive_per_layer"]) + ".",
+                  f"- O2 repeat call bitwise identical: {o['o2_repeat_call_bitwise']['all_zero']}.",
+                  f"- O3 padding ({o['o3_padding']['pad_len']} pads): final real row max_abs "
+                  + ", ".join(f"{p['final_real_row_delta']['max_abs']:.3g}" for p in o["o3_padding"]["prompts"])
+                  + "; last-layer G_LM max_abs " + ", ".join(f"{p['glm_delta']['max_abs']:.3g}" for p in o["o3_padding"]["prompts"]) + ".",
+                  f"- O4 block vs sequential: per token {_mmm(o['o4_block_vs_sequential']['per_token_absdiff'])}; per candidate "
+                  f"{_mmm(o['o4_block_vs_sequential']['per_candidate_absdiff'])}; single-token exact coincidence "
+                  f"{o['o4_block_vs_sequential']['single_token_exact_coincidence']}."]
+    if "collapse" in s:
+        c = s["collapse"]
+        meta = record.get("collapse") or {}
+        lines += ["", "## Collapse", "",
+                  f"Constant operator = mean G_LM over {meta.get('n_prompts_averaged')} prompts; relative spread {_mmm(c['G_spread_rel'])}.",
+                  f"Cache fidelity (collapsed checkpoint vs kvg decoding with that G): tokens equal {c['cache_fidelity']['tokens_equal']}, max Δlogit {_fmt(c['cache_fidelity']['max_dlogit'])}.",
+                  f"Collapsed vs original model: argmax agreement {_fmt(c['vs_model']['argmax_agree_frac'])}, max Δlogit {_fmt(c['vs_model']['max_dlogit'])}.",
+                  f"Checkpoint: `{meta.get('folder')}` (format {meta.get('format')})."]
+    if record.get("plots"):
+        lines += ["", "## Plots", ""] + [f"- `{p}`" for p in record["plots"]]
+    lines.append("")
+    return "\n".join(lines)
+
+
+def _save(fig: Any, path: Path) -> str:
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=90)
+    import matplotlib.pyplot as plt
+
+    plt.close(fig)
+    return path.name
+
+
+def _plt() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def write_plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
+    """Singular spectra, G heatmaps per layer (prompt 0, head 0), ε_G and margin over decoding steps."""
+    try:
+        plt = _plt()
+    except ImportError:
+        return []
+    files = []
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    for ax, key, title in ((axes[0], "A_sv", "A"), (axes[1], "ALM_sv", "A_LM")):
+        sv = raw[key].reshape(-1, raw[key].shape[-1])
+        s1 = np.where(sv[:, :1] > 0, sv[:, :1], 1.0)
+        ax.semilogy((sv / s1).T, lw=0.5, alpha=0.5)
+        ax.axhline(64 * 2.0**-23, color="k", ls="--", lw=0.8, label="64·eps_f32")
+        ax.set_title(f"s_i/s_1 of {title}")
+        ax.set_xlabel("i")
+        ax.legend(fontsize=7)
+    files.append(_save(fig, out / "spectra.png"))
+    g = raw["G_LM"][0]  # [L, H, d, d]
+    fig, axes = plt.subplots(1, g.shape[0], figsize=(3.2 * g.shape[0], 3), squeeze=False)
+    for li in range(g.shape[0]):
+        im = axes[0, li].imshow(g[li, 0], cmap="RdBu_r")
+        axes[0, li].set_title(f"G_LM layer {li}, head 0")
+        fig.colorbar(im, ax=axes[0, li], fraction=0.046)
+    files.append(_save(fig, out / "G_heatmaps.png"))
+    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
+    eg = raw["epsG_steps"]  # [P, T, L]
+    for p in range(eg.shape[0]):
+        for li in range(eg.shape[2]):
+            axes[0].plot(eg[p, :, li], lw=0.8, label=f"p{p} L{li}" if eg.shape[0] * eg.shape[2] <= 10 else None)
+        axes[1].plot(raw["margin_steps"][p], lw=0.8, label=f"margin p{p}")
+        axes[1].plot(2 * raw["dlogit_steps"][p], lw=0.8, ls="--", label=f"2B p{p}")
+    axes[0].set_title("ε_G (rel RMS) per step")
+    axes[1].set_title("margin and 2B per step")
+    axes[1].set_yscale("symlog", linthresh=1e-12)
+    for ax in axes:
+        ax.set_xlabel("decoding step")
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=6)
+    files.append(_save(fig, out / "decode_epsG_margin.png"))
+    return files
+
+
+def write_operator_plots(arrays: Mapping[str, np.ndarray], out: Path) -> list[str]:
+    """Per array: head-0 heatmaps per layer and the normalized singular spectra."""
+    try:
+        plt = _plt()
+    except ImportError:
+        return []
+    files = []
+    for name, g in arrays.items():
+        g = np.asarray(g, dtype=np.float64)
+        if g.ndim == 3:
+            g = g[None]
+        fig, axes = plt.subplots(2, g.shape[0], figsize=(3.2 * g.shape[0], 6), squeeze=False)
+        for li in range(g.shape[0]):
+            im = axes[0, li].imshow(g[li, 0], cmap="RdBu_r")
+            axes[0, li].set_title(f"{name} layer {li}, head 0", fontsize=8)
+            fig.colorbar(im, ax=axes[0, li], fraction=0.046)
+            sv = np.linalg.svd(g[li], compute_uv=False)
+            axes[1, li].semilogy((sv / sv[:, :1]).T, lw=0.6)
+            axes[1, li].axhline(64 * 2.0**-23, color="k", ls="--", lw=0.8)
+            axes[1, li].set_title("s_i/s_1 per head", fontsize=8)
+        files.append(_save(fig, out / f"operators_{name}.png"))
+    return files
+
+
+def operators_markdown(record: Mapping[str, Any]) -> str:
+    """``operators_summary.md``: per-layer medians over heads of each operator statistic."""
+    lines = ["# Constant-operator audit", "", f"Source `{record['source']}` (sha256 `{record['sha256']}`).", ""]
+    for name, op in record["operators"].items():
+        lines += [f"## `{name}` {op['shape']}", "",
+                  "| layer | commutant residual | rope comm. p=64 | s2/s1 | cond | symmetry | ‖G‖_F | range | numrank hist | G[0,0] head 0 |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
+        for li, r in enumerate(op["per_layer_median"]):
+            lines.append(
+                f"| {li} | {_fmt(r['commutant_residual'])} | {_fmt(r.get('rope_commutator_rel_p64'))} | {_fmt(r['s2_over_s1'])} | "
+                f"{_fmt(r['condition_number'])} | {_fmt(r['symmetry_defect'])} | {_fmt(r['frobenius'])} | "
+                f"[{_fmt(r['entry_min'])}, {_fmt(r['entry_max'])}] | {r['numrank_hist']} | {_fmt(r['G00_head0'])} |"
+            )
+        lines += ["", "Cells are medians over heads (range: over heads). " + op["label"], ""]
+    return "\n".join(lines)

@@ -1,0 +1,548 @@
+"""``run_audit``: measure a PLDR-LLM and write ``audit.json``, ``audit_raw.npz``, ``summary.md``, plots.
+
+The runner only *collects raw per-instance arrays* from a model through a backend
+(:mod:`plga.audit.backend`); every reported number is derived from those arrays by
+:func:`plga.audit.summary.summarize`, so the summary can be re-derived from the archive.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import io
+import json
+import os
+import platform
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..atomic import atomic_path
+from ..reference.checkpoint import load_checkpoint
+from ..reference.config import PLDRConfig
+from . import model as mdl
+from . import stats as st
+from .backend import make_backend
+from .summary import jsonable, summarize
+
+RAW_NAME = "audit_raw.npz"
+JSON_NAME = "audit.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class AuditSizes:
+    """How much work each measurement does (defaults keep the built-in run well under a minute)."""
+
+    n_decode_prompts: int = 4
+    n_decode_steps: int = 8
+    n_order_prompts: int = 5
+    n_order_tokens: int = 8
+    order_seeds: tuple[int, int] = (100, 101)
+    order_temperature: float = 1.0
+    order_top_k: int = 50
+    n_pool_rows: int = 16
+    n_pairs: int = 100
+    o1_prefix: int = 4
+    o3_prompts: int = 2
+    o3_pad_len: int = 4
+    o4_contexts: int = 2
+    o4_cand_len: int = 3
+
+
+def _sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def params_sha256(params: Mapping[str, np.ndarray]) -> str:
+    """sha256 over the sorted (name, dtype, shape, bytes) of every tensor (identifies in-memory weights)."""
+    h = hashlib.sha256()
+    for k in sorted(params):
+        v = np.ascontiguousarray(params[k])
+        h.update(f"{k}|{v.dtype.str}|{v.shape}|".encode())
+        h.update(v.tobytes())
+    return h.hexdigest()
+
+
+def _progress(iterable: Any, desc: str, enabled: bool, total: int | None = None) -> Any:
+    if not enabled:
+        return iterable
+    try:
+        from tqdm import tqdm
+    except ImportError:  # pragma: no cover - tqdm is a light optional dependency
+        return iterable
+    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, leave=False, dynamic_ncols=True)
+
+
+def _interleave_perm(d: int, style: str) -> np.ndarray:
+    """Coordinate permutation taking the RoPE pairs of ``style`` to interleaved (2a, 2a+1)."""
+    if style == "interleaved":
+        return np.arange(d)
+    perm = np.empty(d, dtype=np.int64)
+    perm[0::2], perm[1::2] = np.arange(d // 2), np.arange(d // 2, d)
+    return perm
+
+
+def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], PLDRConfig, dict[str, Any]]:
+    if checkpoint is None:
+        config = mdl.builtin_config()
+        params = mdl.random_params(config, seed)
+        return params, config, {"source": "builtin", "seed": seed, "params_sha256": params_sha256(params)}
+    if isinstance(checkpoint, tuple):  # (params, config) given in-process
+        params, config = checkpoint
+        return dict(params), config, {"source": "in-memory", "params_sha256": params_sha256(params)}
+    path = Path(checkpoint)
+    params, config = load_checkpoint(path)
+    files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".json"))
+    if path.is_file() and path.suffix == ".safetensors" and (path.parent / "config.json").exists():
+        files.append(path.parent / "config.json")
+    return params, config, {
+        "source": str(path),
+        "sha256": {p.name: _sha256_file(p) for p in files},
+        "params_sha256": params_sha256(params),
+    }
+
+
+def _resolve_prompts(prompts: Any, tokenizer: Any, config: PLDRConfig) -> tuple[list[list[int]], list[str] | None]:
+    texts: list[str] | None = None
+    ids: list[list[int]] | None = None
+    if isinstance(prompts, str | os.PathLike):
+        ids, texts = mdl.read_prompt_file(prompts)
+    elif prompts is not None:
+        prompts = list(prompts)
+        if prompts and all(isinstance(p, str) for p in prompts):
+            texts = prompts
+        else:
+            ids = [[int(t) for t in p] for p in prompts]
+    elif tokenizer is not None:
+        texts = list(mdl.DEFAULT_PROMPTS)
+    else:
+        ids = mdl.builtin_prompt_ids(config.input_vocab_size)
+    if ids is None:
+        if tokenizer is None:
+            raise ValueError("text prompts need a tokenizer (--tokenizer PATH to a SentencePiece .model)")
+        sp = mdl.load_tokenizer(tokenizer) if isinstance(tokenizer, str | os.PathLike) else tokenizer
+        ids = mdl.encode_prompts(texts or [], sp)
+    return mdl.validate_prompts(ids, config), texts
+
+
+def _environment(backend: Any, device: str, dtype: str) -> dict[str, Any]:
+    env: dict[str, Any] = {
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "numpy": np.__version__,
+        "backend": backend.name,
+        "device": device,
+        "dtype": dtype,
+        "threads": os.cpu_count(),
+    }
+    from .. import __version__
+
+    env["plga"] = __version__
+    for mod in ("torch", "safetensors", "sentencepiece", "matplotlib"):
+        try:
+            env[mod] = __import__(mod).__version__
+        except Exception:
+            env[mod] = None
+    return env
+
+
+# --- measurements --------------------------------------------------------------------------
+
+
+def _per_prompt(backend: Any, prompts: list[list[int]], config: PLDRConfig, progress: bool) -> dict[str, np.ndarray]:
+    """Spectra, commutant residual, DAG loss, LN scale error, twirl energies, G_LM per prompt."""
+    L, H, d = config.num_layers, config.num_heads, config.depth
+    perm = _interleave_perm(d, config.rope_style)
+    keys: dict[str, list[Any]] = {k: [] for k in (
+        "A_sv", "ALM_sv", "GLM_sv", "rowvar_ratio", "crosshead_rms", "crosshead_rel", "glm_comm_res",
+        "dag_ALM", "dag_AP", "dag_GLM", "ln_rowvar_DS", "ln_direct_rel", "ln_direct_abs", "ln_proxy",
+        "twirl_E_unrot", "twirl_E_rot", "G_LM", "learner_rows",
+    )}
+    nonfinite = 0
+    omega = None
+    for p in _progress(prompts, "forward/spectra", progress):
+        tokens = np.asarray([p], dtype=np.int64)
+        f = backend.forward(tokens)
+        probes = backend.probe(tokens)
+        ded = {t: np.stack([f.deductive[li][t][0] for li in range(L)]) for t in ("A", "A_LM", "A_P", "G_LM")}  # [L, H, d, d]
+        for name, t in (("A_sv", "A"), ("ALM_sv", "A_LM"), ("GLM_sv", "G_LM")):
+            sv, bad = st.svdvals(ded[t])
+            keys[name].append(sv)
+            nonfinite += bad
+        keys["rowvar_ratio"].append(st.rowvar_ratio(ded["A"]))
+        ch, chr_ = st.crosshead_rms(ded["A"])
+        keys["crosshead_rms"].append(ch)
+        keys["crosshead_rel"].append(chr_)
+        g_il = ded["G_LM"][..., perm[:, None], perm[None, :]]
+        keys["glm_comm_res"].append(st.commutant_residual(g_il, config.rope_base))
+        for name, t in (("dag_ALM", "A_LM"), ("dag_AP", "A_P"), ("dag_GLM", "G_LM")):
+            keys[name].append(st.dag_loss(ded[t]))
+        density = np.stack([pr.density[0] for pr in probes])  # [L, H, d, d]
+        ln = st.ln_scale_error(density, len(p))
+        for name in ("rowvar_DS", "direct_rel", "direct_abs", "proxy"):
+            keys["ln_" + name].append(ln[name])
+        q_pre = np.stack([pr.q_pre[0, 0] for pr in probes])[..., perm]  # head 0: [L, S, d]
+        q_rot = np.stack([pr.q_rot[0, 0] for pr in probes])[..., perm]
+        eu, er, omega = st.twirl_energies(q_pre, q_rot, config.rope_base)
+        keys["twirl_E_unrot"].append(eu)
+        keys["twirl_E_rot"].append(er)
+        keys["G_LM"].append(ded["G_LM"])
+        keys["learner_rows"].append(np.stack([pr.learner_input[0].reshape(H * d, d) for pr in probes]))  # [L, H·d, d]
+    out = {k: np.stack(v) for k, v in keys.items()}
+    out["nonfinite_matrices"] = np.array([nonfinite])
+    out["twirl_omega"] = np.asarray(omega)
+    return out
+
+
+def _contraction(backend: Any, rows: np.ndarray, sizes: AuditSizes, seed: int, progress: bool) -> dict[str, np.ndarray]:
+    """Empirical pairwise ratios of each layer's row map φ within and across prompts (§3.11)."""
+    rng = np.random.default_rng([seed, 311])
+    P, L, R, d = rows.shape
+    within, within_l, cross, cross_l = [], [], [], []
+    n_pool = min(sizes.n_pool_rows, R)
+    for layer in _progress(range(L), "contraction", progress):
+        pick = np.stack([rng.choice(R, size=n_pool, replace=False) for _ in range(P)])  # [P, n_pool]
+        pool = rows[np.arange(P)[:, None], layer, pick].reshape(P * n_pool, d)
+        phi = backend.row_map(layer, pool)
+        pp = rng.integers(0, P, size=sizes.n_pairs)
+        i = rng.integers(0, n_pool, size=sizes.n_pairs)
+        j = rng.integers(0, n_pool, size=sizes.n_pairs)
+        keep = i != j
+        wpairs = np.stack([pp * n_pool + i, pp * n_pool + j], axis=1)[keep]
+        w = st.pairwise_ratios(pool, phi, wpairs)
+        pa = rng.integers(0, P, size=sizes.n_pairs)
+        pb = rng.integers(0, P, size=sizes.n_pairs)
+        ia = rng.integers(0, n_pool, size=sizes.n_pairs)
+        ib = rng.integers(0, n_pool, size=sizes.n_pairs)
+        keep = pa != pb
+        cpairs = np.stack([pa * n_pool + ia, pb * n_pool + ib], axis=1)[keep]
+        c = st.pairwise_ratios(pool, phi, cpairs)
+        within.append(w), within_l.append(np.full(len(w), layer)), cross.append(c), cross_l.append(np.full(len(c), layer))
+    return {
+        "pair_within": np.concatenate(within), "pair_within_layer": np.concatenate(within_l),
+        "pair_cross": np.concatenate(cross), "pair_cross_layer": np.concatenate(cross_l),
+        "pair_attempted": np.array([sizes.n_pairs * L, sizes.n_pairs * L, L]),
+    }
+
+
+def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, progress: bool) -> tuple[dict[str, np.ndarray], list[Any]]:
+    """Order parameter of A, A_LM, A_P, G_LM between two seeded sampled continuations (§3.9)."""
+    names = {"A": "A", "ALM": "A_LM", "AP": "A_P", "GLM": "G_LM"}
+    out = {f"op_{t}_{n}": [] for t in names for n in ("rms", "signed")}
+    records = []
+    sel = prompts[: sizes.n_order_prompts]
+    for pi, p in enumerate(_progress(sel, "order parameter", progress)):
+        n = min(sizes.n_order_tokens, config.max_seq_len - len(p))
+        ded = []
+        for seed in sizes.order_seeds:
+            toks, _ = backend.generate(np.asarray([p]), n, "kv", temperature=sizes.order_temperature, top_k=sizes.order_top_k, seed=seed)
+            f = backend.forward(toks)  # re-scored without cache
+            ded.append(f.deductive)
+            cont = [int(t) for t in toks[0, len(p):]]
+            records.append({"prompt": pi, "seed": seed, "tokens": cont, "rep_stats": st.rep_stats(cont)})
+        for t, key in names.items():
+            pairs = [st.order_pair(ded[0][li][key][0], ded[1][li][key][0]) for li in range(config.num_layers)]
+            out[f"op_{t}_rms"].append([r for r, _ in pairs])
+            out[f"op_{t}_signed"].append([s for _, s in pairs])
+    return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}, records
+
+
+def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, progress: bool) -> tuple[dict[str, np.ndarray], list[list[int]]]:
+    """Greedy KV/G-cached decoding vs recomputation without cache, per step and layer (§3.12–3.13)."""
+    L = config.num_layers
+    eg, ea, dl, mg, ac, au, same, conts = [], [], [], [], [], [], [], []
+    sel = prompts[: sizes.n_decode_prompts]
+    for p in _progress(sel, "cached vs recomputed decoding", progress):
+        T = min(sizes.n_decode_steps, config.max_seq_len - len(p))
+        prompt = np.asarray([p])
+        toks, step_logits = backend.generate(prompt, T, "kvg")
+        toks_kv, _ = backend.generate(prompt, T, "kv")
+        g_prompt = np.stack([backend.forward(prompt).deductive[li]["G_LM"][0] for li in range(L)])  # [L, H, d, d]
+        eg_p, ea_p, lu = [], [], []
+        for t in range(T):
+            f = backend.forward(toks[:, : len(p) + t])
+            g_u = np.stack([f.deductive[li]["G_LM"][0] for li in range(L)])
+            rel, amax = st.eps_g(g_u, g_prompt)
+            eg_p.append(rel), ea_p.append(amax), lu.append(f.logits[0, -1])
+        lc = step_logits[0]
+        lu = np.stack(lu)
+        eg.append(eg_p), ea.append(ea_p)
+        dl.append(st.dlogit(lc, lu)), mg.append(st.top2_margin(lc))
+        ac.append(np.argmax(lc, axis=-1)), au.append(np.argmax(lu, axis=-1))
+        same.append(bool(np.array_equal(toks, toks_kv)))
+        conts.append([int(t) for t in toks[0, len(p):]])
+    return {
+        "epsG_steps": np.asarray(eg), "epsG_absmax_steps": np.asarray(ea),
+        "dlogit_steps": np.asarray(dl), "margin_steps": np.asarray(mg),
+        "argmax_cached": np.asarray(ac), "argmax_uncached": np.asarray(au),
+        "kv_kvg_same": np.asarray(same),
+    }, conts
+
+
+def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int, progress: bool) -> dict[str, np.ndarray]:
+    """Online-contract probes O1 (suffix change), O2 (repeat call), O3 (padding), O4 (block vs sequential)."""
+    V, L = config.input_vocab_size, config.num_layers
+    out: dict[str, Any] = {}
+    p0 = prompts[0]
+    k = min(sizes.o1_prefix, max(1, len(p0) // 2))
+    suffix = np.asarray(p0[k : 2 * k] if len(p0) >= 2 * k else p0[k:] or [p0[-1]])
+    changed = (suffix - 1 + 1) % (V - 1) + 1  # every suffix id changes, never to 0
+    a = np.asarray([p0[:k] + suffix.tolist()])
+    b = np.asarray([p0[:k] + changed.tolist()])
+    fa, fb = backend.forward(a), backend.forward(b)
+    out["o1_logits_a"], out["o1_logits_b"] = fa.logits[0, :k], fb.logits[0, :k]
+    out["o1_glm_a"] = np.stack([fa.deductive[li]["G_LM"][0] for li in range(L)])
+    out["o1_glm_b"] = np.stack([fb.deductive[li]["G_LM"][0] for li in range(L)])
+    r1, r2 = backend.forward(np.asarray([p0])), backend.forward(np.asarray([p0]))
+    out["o2_logits_a"], out["o2_logits_b"] = r1.logits[0], r2.logits[0]
+    fra, frb, ga, gb = [], [], [], []
+    for p in _progress(prompts[: sizes.o3_prompts], "padding probe", progress):
+        pad = min(sizes.o3_pad_len, config.max_seq_len - len(p))
+        f0 = backend.forward(np.asarray([p]))
+        f1 = backend.forward(np.asarray([p + [0] * pad]))
+        fra.append(f0.logits[0, len(p) - 1]), frb.append(f1.logits[0, len(p) - 1])
+        ga.append(f0.deductive[L - 1]["G_LM"][0]), gb.append(f1.deductive[L - 1]["G_LM"][0])
+    out.update(o3_final_row_a=np.stack(fra), o3_final_row_b=np.stack(frb), o3_glm_a=np.stack(ga), o3_glm_b=np.stack(gb))
+    out["o3_pad_len"] = np.array([sizes.o3_pad_len])
+    rng = np.random.default_rng([seed, 404])
+    seq, blk, cand, clen = [], [], [], []
+    for x in _progress(prompts[: sizes.o4_contexts], "block vs sequential", progress):
+        m = min(sizes.o4_cand_len, config.max_seq_len - len(x) - 1)
+        base = backend.forward(np.asarray([x])).logits[0, -1]
+        greedy, _ = backend.generate(np.asarray([x]), m, "kv")
+        runner_up = int(np.argsort(-base, kind="stable")[1])
+        cands = [greedy[0, len(x):].tolist(), rng.integers(4, V, size=m).tolist(), [runner_up]]
+        for y in cands:
+            c = len(clen)
+            clen.append(len(y))
+            for i in range(len(y)):
+                lp = st.log_softmax(backend.forward(np.asarray([x + y[:i]])).logits[0, -1])
+                seq.append(lp[y[i]])
+            rows = st.log_softmax(backend.forward(np.asarray([(x + y)[:-1]])).logits[0])
+            blk.extend(rows[len(x) - 1 + i, y[i]] for i in range(len(y)))
+            cand.extend([c] * len(y))
+    out.update(o4_seq=np.asarray(seq), o4_blk=np.asarray(blk), o4_cand=np.asarray(cand), o4_cand_len=np.asarray(clen))
+    return out
+
+
+def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig, g_lm: np.ndarray, prompts: list[list[int]], sizes: AuditSizes, out_dir: Path, device: str, dtype: str, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Constant operator = mean G over the prompts; cache fidelity; the collapsed checkpoint."""
+    from .backend import make_backend as _mk
+
+    mean, spread = st.spread(g_lm, axis=0)  # mean [L, H, d, d], spread [L, H]
+    store = np.asarray(params["decoder.embedding.weight"]).dtype
+    g_const = [mean[li].astype(store) for li in range(config.num_layers)]
+    folder = out_dir / "collapsed"
+    mdl.save_collapsed(params, config, g_const, folder)
+    cparams, cconfig, cg = mdl.load_collapsed(folder)
+    cback = _mk(backend.name, cparams, cconfig, device=device, dtype=dtype)
+    g64 = [np.asarray(g, dtype=np.float64) for g in g_const]
+    cg64 = [np.asarray(g, dtype=np.float64) for g in cg]
+    eq, dls, agree, dlm = [], [], [], []
+    for p in _progress(prompts[: sizes.n_decode_prompts], "collapse fidelity", progress):
+        T = min(sizes.n_decode_steps, config.max_seq_len - len(p))
+        prompt = np.asarray([p])
+        t_kvg, l_kvg = backend.generate(prompt, T, "kvg", constant_g=g64)
+        t_col, l_col = cback.generate(prompt, T, "constant", constant_g=cg64)
+        eq.append(bool(np.array_equal(t_kvg, t_col)))
+        dls.append(st.dlogit(l_kvg[0], l_col[0]))
+        t_model, _ = backend.generate(prompt, T, "kv")
+        # teacher-forced on the model's own greedy tokens, both without cache (like with like)
+        lm = backend.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
+        lc = cback.forward(t_model[:, :-1], constant_g=cg64).logits[0, len(p) - 1 :]
+        dlm.append(st.dlogit(lm, lc))
+        agree.append(np.argmax(lm, -1) == np.argmax(lc, -1))
+    raw = {
+        "collapse_G": np.stack(g64), "collapse_spread": spread,
+        "collapse_tokens_equal": np.asarray(eq), "collapse_dlogit": np.asarray(dls),
+        "collapse_vs_model_dlogit": np.asarray(dlm), "collapse_vs_model_agree": np.asarray(agree),
+    }
+    meta = {
+        "folder": str(folder), "format": mdl.COLLAPSED_FORMAT, "writer": "plga.audit.model.save_collapsed",
+        "sha256": {f.name: _sha256_file(f) for f in sorted(folder.iterdir()) if not f.name.startswith(".")},
+        "G_dtype": str(store), "n_prompts_averaged": int(g_lm.shape[0]),
+    }
+    return raw, meta
+
+
+# --- the command -----------------------------------------------------------------------------
+
+
+def run_audit(
+    checkpoint: Any = None,
+    prompts: Any = None,
+    tokenizer: Any = None,
+    out_dir: str | os.PathLike[str] = "audit_out",
+    collapse: bool = False,
+    seed: int = 0,
+    device: str = "cpu",
+    dtype: str = "float64",
+    backend: str = "auto",
+    n_decode_steps: int | None = None,
+    progress: bool = True,
+    sizes: AuditSizes | None = None,
+    plots: bool = True,
+) -> dict[str, Any]:
+    """Audit a PLDR-LLM; write ``audit.json``, ``audit_raw.npz``, ``summary.md`` and plots to ``out_dir``.
+
+    ``checkpoint``: a ``.pth``/safetensors path or model folder, a ``(params, config)`` pair, or
+    None for the built-in small model (seeded random weights). ``prompts``: token-id lists,
+    strings (need ``tokenizer``, a SentencePiece ``.model`` path), or a prompt file (.npy,
+    .json, text); None for the default set. Returns the audit record (the JSON content).
+    """
+    t0 = time.perf_counter()
+    sizes = sizes or AuditSizes()
+    if n_decode_steps is not None:
+        if n_decode_steps < 1:
+            raise ValueError(f"n_decode_steps must be ≥ 1, got {n_decode_steps}")
+        sizes = dataclasses.replace(sizes, n_decode_steps=n_decode_steps)
+    if dtype not in ("float64", "float32"):
+        raise ValueError(f"dtype must be float64 or float32, got {dtype!r}")
+    out = Path(out_dir)
+    params, config, model_meta = _resolve_model(checkpoint, seed)
+    prompt_ids, texts = _resolve_prompts(prompts, tokenizer, config)
+    be = make_backend(backend, params, config, device=device, dtype=dtype)
+    timings: dict[str, float] = {}
+
+    def timed(name: str, fn: Any, *a: Any) -> Any:
+        t = time.perf_counter()
+        r = fn(*a)
+        timings[name] = round(time.perf_counter() - t, 3)
+        return r
+
+    raw = timed("per_prompt", _per_prompt, be, prompt_ids, config, progress)
+    rows = raw.pop("learner_rows")
+    raw.update(timed("contraction", _contraction, be, rows, sizes, seed, progress))
+    op, continuations = timed("order_parameter", _order_parameter, be, prompt_ids, config, sizes, progress)
+    raw.update(op)
+    dec_raw, greedy = timed("decode", _decode, be, prompt_ids, config, sizes, progress)
+    raw.update(dec_raw)
+    raw.update(timed("online", _online, be, prompt_ids, config, sizes, seed, progress))
+    collapse_meta = None
+    if collapse:
+        c_raw, collapse_meta = timed("collapse", _collapse, be, params, config, raw["G_LM"], prompt_ids, sizes, out, device, dtype, progress)
+        raw.update(c_raw)
+    summary = summarize(raw)
+    buf = io.BytesIO()
+    np.savez(buf, **raw)
+    raw_bytes = buf.getvalue()
+    out.mkdir(parents=True, exist_ok=True)
+    with atomic_path(out / RAW_NAME) as tmp:
+        tmp.write_bytes(raw_bytes)
+    record: dict[str, Any] = {
+        "plga_audit_version": 1,
+        "environment": _environment(be, device, dtype),
+        "model": {**model_meta, "config": config.to_upstream()},
+        "seeds": {"seed": seed, "order_parameter": list(sizes.order_seeds), "builtin_prompts": 1234},
+        "sizes": dataclasses.asdict(sizes),
+        "prompts": {"token_ids": prompt_ids, "texts": texts, "lengths": [len(p) for p in prompt_ids],
+                    "tokenizer": str(tokenizer) if isinstance(tokenizer, str | os.PathLike) else None},
+        "stochastic_continuations": continuations,
+        "decode_continuations": greedy,
+        "raw_records": {"file": RAW_NAME, "sha256": hashlib.sha256(raw_bytes).hexdigest(), "keys": sorted(raw)},
+        "summary": jsonable(summary),
+        "collapse": collapse_meta,
+    }
+    if plots:
+        record["plots"] = timed("plots", _plots, raw, out)
+    timings["total"] = round(time.perf_counter() - t0, 3)
+    record["timings_s"] = timings
+    with atomic_path(out / JSON_NAME) as tmp:
+        tmp.write_text(json.dumps(record, indent=1))
+    from .report import summary_markdown
+
+    with atomic_path(out / "summary.md") as tmp:
+        tmp.write_text(summary_markdown(record))
+    return record
+
+
+def _plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
+    from .report import write_plots
+
+    return write_plots(raw, out)
+
+
+def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1, 8, 64, 1023)) -> dict[str, Any]:
+    """Audit constant operators G [L, H, d, d] (e.g. the trained G_LM of PLDR-LLM-v51-110M-1).
+
+    Per layer and head: commutant residual, relative RoPE commutator at ``positions``,
+    numerical rank (64·eps_f32 rule), s₂/s₁, condition number s₁/s_min, symmetry defect
+    ‖G − Gᵀ‖/‖G‖, ‖G‖_F, entry range and G[0, 0]. Per layer: medians of these.
+    Interleaved RoPE pairs are assumed.
+    """
+    g = np.asarray(g, dtype=np.float64)
+    if g.ndim == 3:
+        g = g[None]
+    if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
+        raise ValueError(f"operators must have shape [layers, heads, d, d], got {g.shape}")
+    sv, bad = st.svdvals(g)
+    per = {
+        "commutant_residual": st.commutant_residual(g, base),
+        "numrank": st.numrank(sv),
+        "s2_over_s1": st.s2_over_s1(sv),
+        "condition_number": st.condition_number(sv),
+        "symmetry_defect": st.symmetry_defect(g),
+        "frobenius": np.linalg.norm(g, axis=(-2, -1)),
+        "entry_min": g.min(axis=(-2, -1)),
+        "entry_max": g.max(axis=(-2, -1)),
+        "G00": g[..., 0, 0],
+    }
+    for p in positions:
+        per[f"rope_commutator_rel_p{p}"] = st.rope_commutator_rel(g, p, base)
+    per_layer = []
+    for li in range(g.shape[0]):
+        rec: dict[str, Any] = {k: float(np.median(v[li])) for k, v in per.items() if k not in ("entry_min", "entry_max", "G00", "numrank")}
+        rec["numrank_hist"] = st.rank_histogram(per["numrank"][li])
+        rec["entry_min"], rec["entry_max"] = float(per["entry_min"][li].min()), float(per["entry_max"][li].max())
+        rec["G00_head0"] = float(g[li, 0, 0, 0])
+        per_layer.append(rec)
+    return {
+        "shape": list(g.shape),
+        "nonfinite_matrices": bad,
+        "per_layer_median": per_layer,
+        "per_head": {k: v.tolist() for k, v in per.items()},
+        "overall": {k: st.min_median_max(v) for k, v in per.items() if k not in ("G00",)},
+        "label": "medians over heads per layer; commutant residual = |G - Pi_comm G|_F/|G|_F in the complex RoPE eigenbasis",
+    }
+
+
+def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], key: str | None = None, plots: bool = True) -> dict[str, Any]:
+    """``plga audit --operators FILE.npz``: audit every [L, H, d, d] array (or ``key``) of the file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"operator file {path} does not exist")
+    try:
+        data = np.load(path, allow_pickle=False)
+    except Exception as exc:
+        raise ValueError(f"{path} is not a readable .npz/.npy file: {exc}") from exc
+    arrays = {"G": data} if isinstance(data, np.ndarray) else {k: data[k] for k in data.files}
+    if key is not None:
+        if key not in arrays:
+            raise ValueError(f"{path} has no array {key!r}; it holds {sorted(arrays)}")
+        arrays = {key: arrays[key]}
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    record: dict[str, Any] = {
+        "plga_audit_version": 1, "kind": "operators", "source": str(path), "sha256": _sha256_file(path),
+        "environment": {"python": platform.python_version(), "numpy": np.__version__},
+        "operators": {k: audit_operators(v) for k, v in arrays.items()},
+    }
+    if plots:
+        from .report import write_operator_plots
+
+        record["plots"] = write_operator_plots(arrays, out)
+    with atomic_path(out / "operators_audit.json") as tmp:
+        tmp.write_text(json.dumps(jsonable(record), indent=1))
+    from .report import operators_markdown
+
+    with atomic_path(out / "operators_summary.md") as tmp:
+        tmp.write_text(operators_markdown(record))
+    return jsonable(record)
