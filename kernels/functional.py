@@ -1,0 +1,366 @@
+"""Functional PLGA kernels in torch: RoPE, attention, the metric learner and the power stage.
+
+Every function here computes what :mod:`plga.reference.spec` computes (SPEC §1), batched over
+batch and heads, on any device and in float64 / float32 / bfloat16. Names and tensors follow
+the published layer (``burcgokden/PLDR-LLM-with-KVG-cache``, ``power_law_attention_layer_v510``):
+``A`` is the metric-learner output, ``A_LM = iSwiGLU(W A + b) + 1e-9``, ``A_P = A_LM^{⊙P}``,
+``G_LM = a A_P + b_a``, and the scores are ``(Q G_LM) Kᵀ / √d``.
+
+Precision policy of the operator chain: the density operator ``QᵀQ``, the metric learner,
+the power stage and ``G_LM`` are always evaluated in float32 or wider. Activations in
+bfloat16 / float16 are **upcast** to float32 for the chain (``A_LM``'s 1e-9 floor underflows
+in float16, and ``A_LM^P`` amplifies rounding by orders of magnitude); the attention itself
+runs in the activation dtype with ``q' = q G`` formed in the wider dtype and rounded once.
+
+Nothing here queries CUDA at import.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+#: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
+EPSILON_ADJ = 1e-9
+#: LayerNorm epsilon used everywhere in the model.
+LAYER_NORM_EPS = 1e-6
+#: The upstream additive mask value.
+MASK_FILL = -1e9
+
+_LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+
+def chain_dtype(dtype: torch.dtype) -> torch.dtype:
+    """The dtype the operator chain (Gram → metric learner → G_LM) runs in for activations ``dtype``."""
+    return torch.float32 if dtype in _LOW_PRECISION else dtype
+
+
+# --- RoPE -----------------------------------------------------------------------------------
+
+
+def rope_tables(
+    max_seq_len: int, d: int, base: float = 10000.0, *, device: Any = None
+) -> tuple[Tensor, Tensor]:
+    """cos, sin tables [max_seq_len, d/2] in float64, angle p·θ_j with θ_j = base^{−2j/d}.
+
+    Built in float64 (as the reference and the golden vectors) and cast by :func:`apply_rope`
+    to the activation dtype; torchtune's float32 tables differ from these by ~1e-7 relative.
+    """
+    if d % 2:
+        raise ValueError(f"RoPE needs an even head dimension, got d = {d}")
+    theta = base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64, device=device) / d)  # [d/2]
+    angles = torch.arange(max_seq_len, dtype=torch.float64, device=device)[:, None] * theta  # [P, d/2]
+    return torch.cos(angles), torch.sin(angles)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, style: str = "interleaved") -> Tensor:
+    """Rotate rows of x [..., S, d] by the tables cos/sin [S, d/2] (already sliced to positions).
+
+    ``interleaved`` pairs (2j, 2j+1) (v51 checkpoints, torchtune); ``rotate_half`` pairs
+    (j, j + d/2) (v52). Low-precision inputs rotate in float32 and are cast back (torchtune).
+    """
+    ct = chain_dtype(x.dtype)
+    xf = x.to(ct)
+    cos, sin = cos.to(ct), sin.to(ct)
+    d = x.shape[-1]
+    if style == "interleaved":
+        pairs = xf.unflatten(-1, (d // 2, 2))  # [..., S, d/2, 2]
+        x0, x1 = pairs[..., 0], pairs[..., 1]
+        out = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+    elif style == "rotate_half":
+        x0, x1 = xf[..., : d // 2], xf[..., d // 2 :]
+        out = torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+    else:
+        raise ValueError(f"unknown RoPE style {style!r}; use 'interleaved' or 'rotate_half'")
+    return out.to(x.dtype)
+
+
+# --- Masks ----------------------------------------------------------------------------------
+
+
+def attention_support(
+    s: int,
+    t: int,
+    *,
+    causal: bool,
+    key_padding_mask: Tensor | None,
+    device: Any = None,
+) -> Tensor | None:
+    """Allowed (query, key) pairs as a bool tensor [B or 1, 1, S, T]; None when all are allowed.
+
+    Causal convention for S ≤ T: the S queries are the **last** S positions of the T keys, so
+    query i sits at position T − S + i and sees keys j ≤ T − S + i (bottom-right alignment, as
+    in cached decoding). ``key_padding_mask`` [B, T] is True at padding keys, which are ignored.
+    """
+    allowed: Tensor | None = None
+    if causal:
+        if s > t:
+            raise ValueError(f"causal attention needs S ≤ T (queries are the last S positions), got S={s}, T={t}")
+        allowed = torch.ones(s, t, dtype=torch.bool, device=device).tril(diagonal=t - s)[None, None]
+    if key_padding_mask is not None:
+        if key_padding_mask.dtype != torch.bool or key_padding_mask.ndim != 2 or key_padding_mask.shape[1] != t:
+            raise ValueError(
+                f"key_padding_mask must be bool [B, T={t}] (True = padding), got "
+                f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
+            )
+        keys = (~key_padding_mask)[:, None, None, :]  # [B, 1, 1, T]
+        allowed = keys if allowed is None else allowed & keys
+    return allowed
+
+
+def finite_additive_mask(allowed: Tensor, dtype: torch.dtype, fill: float = MASK_FILL) -> Tensor:
+    """The upstream additive mask: 0 where allowed, ``fill`` (−1e9) elsewhere, in ``dtype``."""
+    zero = torch.zeros((), dtype=dtype, device=allowed.device)
+    return torch.where(allowed, zero, torch.full((), fill, dtype=dtype, device=allowed.device))
+
+
+# --- Attention ------------------------------------------------------------------------------
+
+
+def apply_g(q: Tensor, G: Tensor | None) -> Tensor:
+    """q' = q G per head: q [B, H, S, d], G [H, d, d] or [B, H, d, d] → [B, H, S, d] in q's dtype.
+
+    One batched matmul, in the wider of the two dtypes, rounded once to q's dtype.
+    """
+    if G is None:
+        return q
+    if G.ndim not in (3, 4) or G.shape[-2:] != (q.shape[-1], q.shape[-1]) or G.shape[-3] != q.shape[1]:
+        raise ValueError(
+            f"G must be [H, d, d] or [B, H, d, d] with H={q.shape[1]}, d={q.shape[-1]}; got {tuple(G.shape)}"
+        )
+    if G.ndim == 4 and G.shape[0] == 1:
+        G = G[0]  # broadcast over the batch: avoids a slow 4-D batched path for decode-sized q
+    ct = torch.promote_types(q.dtype, G.dtype)
+    if ct == q.dtype and ct == G.dtype:
+        return q @ G
+    return (q.to(ct) @ G.to(ct)).to(q.dtype)
+
+
+def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+    if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
+        raise ValueError(f"q, k, v must be [B, H, S, d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(
+            f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "(need q [B,H,S,d], k [B,H,T,d], v [B,H,T,dv])"
+        )
+
+
+def plga_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    G: Tensor | None = None,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+    finite_mask: bool = False,
+    backend: str = "sdpa",
+) -> Tensor:
+    """Power law graph attention softmax((q G) kᵀ · scale + mask) v, fused via SDPA.
+
+    Shapes: q [B, H, S, d], k [B, H, T, d], v [B, H, T, dv], ``G`` [H, d, d], [B, H, d, d] or
+    None (identity: plain SDPA), ``key_padding_mask`` [B, T] bool with True = padding
+    (ignored keys). ``scale`` defaults to 1/√d. ``G`` is applied *after* RoPE: the caller
+    passes rotated q and k, and ``q' = q G`` is formed once, then
+    ``torch.nn.functional.scaled_dot_product_attention`` runs on ``(q', k, v)`` so CPU and
+    CUDA use their fused flash / memory-efficient kernels (memory O(S) when no explicit mask
+    is needed: no padding, and ``causal`` with S == T).
+
+    Causal with S < T: the queries are the last S positions (query i sees keys
+    j ≤ T − S + i). S > T with ``causal`` is an error.
+
+    Masking: by default masked entries are excluded exactly (the ideal masked softmax; a
+    query row with no allowed key returns zeros). ``finite_mask=True`` instead adds −1e9 to
+    masked scaled scores, the published implementation's semantics — identical wherever a
+    row has an allowed key, and needed for exact agreement with checkpoints on fully masked
+    rows (left padding), whose outputs feed the next layer's Gram.
+
+    ``backend="eager"`` materializes the S×T scores as the published code does
+    (:func:`plga_attention_eager`).
+    """
+    if backend == "eager":
+        return plga_attention_eager(
+            q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale, finite_mask=finite_mask
+        )
+    if backend != "sdpa":
+        raise ValueError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
+    _check_qkv(q, k, v)
+    s, t = q.shape[2], k.shape[2]
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    qg = apply_g(q, G)  # [B, H, S, d]
+    if key_padding_mask is None and causal and s == t:
+        return F.scaled_dot_product_attention(qg, k, v, is_causal=True, scale=scale)
+    allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+    if allowed is None:
+        return F.scaled_dot_product_attention(qg, k, v, scale=scale)
+    mask = finite_additive_mask(allowed, q.dtype) if finite_mask else allowed
+    return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+
+
+def plga_scores(q: Tensor, k: Tensor, G: Tensor | None = None, *, scale: float | None = None) -> Tensor:
+    """The unmasked scaled scores E = (q G) kᵀ · scale → [B, H, S, T] (upstream ``Ep``)."""
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    return (apply_g(q, G) @ k.transpose(-1, -2)) * scale
+
+
+def plga_attention_eager(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    G: Tensor | None = None,
+    *,
+    causal: bool = False,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+    finite_mask: bool = False,
+) -> Tensor:
+    """The explicit baseline: scores (q G) kᵀ · scale materialized [B, H, S, T], mask, softmax, · v.
+
+    Same arguments and conventions as :func:`plga_attention`. With ``finite_mask`` the mask
+    is the upstream additive −1e9; otherwise masked entries are exactly zero and an empty
+    row gives zeros (the ideal masked softmax, Lean ``maskedSoftmax``).
+    """
+    _check_qkv(q, k, v)
+    s, t = q.shape[2], k.shape[2]
+    scores = plga_scores(q, k, G, scale=scale)  # [B, H, S, T]
+    allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+    if allowed is None:
+        weights = torch.softmax(scores, dim=-1)
+    elif finite_mask:
+        weights = torch.softmax(scores + finite_additive_mask(allowed, scores.dtype), dim=-1)
+    else:
+        filled = scores.masked_fill(~allowed, float("-inf"))
+        weights = torch.softmax(filled, dim=-1).nan_to_num(0.0)  # empty rows: 0/0 → 0
+        weights = weights.masked_fill(~allowed, 0.0)
+    return weights @ v  # [B, H, S, dv]
+
+
+# --- The operator chain ---------------------------------------------------------------------
+
+
+def density_operator(q_rot: Tensor) -> Tensor:
+    """A₀ = Q̃ᵀ Q̃ per head over *all* S rows (padding included): [B, H, S, d] → [B, H, d, d]."""
+    q = q_rot.to(chain_dtype(q_rot.dtype))
+    return q.transpose(-1, -2) @ q
+
+
+def iswiglu(u: Tensor) -> Tensor:
+    """iSwiGLU(u) = u · silu(u) = u² σ(u) ≥ 0."""
+    return u * F.silu(u)
+
+
+def swiglu(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, w3: Tensor, b3: Tensor) -> Tensor:
+    """W₃(silu(W₁x + b₁) ⊙ (W₂x + b₂)) + b₃ on the last axis; weights in torch Linear layout."""
+    return F.linear(F.silu(F.linear(x, w1, b1)) * F.linear(x, w2, b2), w3, b3)
+
+
+#: One residual unit: (list of SwiGLU blocks (w1, b1, w2, b2, w3, b3), LN gamma, LN beta).
+Unit = tuple[Sequence[Sequence[Tensor]], Tensor, Tensor]
+
+
+def metric_learner(density: Tensor, ln_weight: Tensor, ln_bias: Tensor, units: Sequence[Unit]) -> Tensor:
+    """A = Φ_res(LN(A₀)): row LayerNorm then the residual SwiGLU units, batched over [B, H].
+
+    Each linear is one matmul over all B·H·d rows (weights shared across heads).
+    """
+    d = density.shape[-1]
+    a = F.layer_norm(density, (d,), ln_weight, ln_bias, LAYER_NORM_EPS)  # [B, H, d, d]
+    for blocks, gamma, beta in units:
+        y = a
+        for block in blocks:
+            y = swiglu(y, *block)  # [B, H, d, d]
+        a = F.layer_norm(y + a, (d,), gamma, beta, LAYER_NORM_EPS)
+    return a
+
+
+def power_stage(
+    A: Tensor, W: Tensor, b: Tensor, P: Tensor, a: Tensor, b_a: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] and per-head [H, d, d] parameters.
+
+    ``A_LM = iSwiGLU(W A + b) + 1e-9``, ``A_P = A_LM^{⊙P}``, ``G_LM = a A_P + b_a`` (left
+    matrix products). Runs in float32 or wider (see the module docstring).
+    """
+    ct = chain_dtype(torch.promote_types(A.dtype, W.dtype))
+    A, W, b, P, a, b_a = (x.to(ct) for x in (A, W, b, P, a, b_a))
+    a_lm = iswiglu(W @ A + b) + EPSILON_ADJ  # [B, H, d, d]
+    a_p = torch.pow(a_lm, P)  # [B, H, d, d]
+    g_lm = a @ a_p + b_a  # [B, H, d, d]
+    return a_lm, a_p, g_lm
+
+
+def layer_weights_of(mha: Any) -> dict[str, Any]:
+    """The operator-chain weights of a ``PLGAMultiHeadAttention`` module as a plain dict."""
+    units = []
+    for unit in mha.reslayerAs:
+        blocks = [
+            (g.gluw1.weight, g.gluw1.bias, g.gluw2.weight, g.gluw2.bias, g.gluw3.weight, g.gluw3.bias)
+            for g in unit.denseAs
+        ]
+        units.append((blocks, unit.layernormA.weight, unit.layernormA.bias))
+    p = mha.plgatt_layer
+    return {
+        "ln_weight": mha.layernorm1.weight,
+        "ln_bias": mha.layernorm1.bias,
+        "units": units,
+        "W": p.Wlst,
+        "b": p.blst,
+        "P": p.pwlst,
+        "a": p.alst,
+        "b_a": p.balst,
+    }
+
+
+def operator_chain(q_rot: Tensor, layer_weights: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """(A, A_LM, A_P, G_LM), each [B, H, d, d], from the rotated queries q_rot [B, H, S, d].
+
+    ``layer_weights`` is a ``PLGAMultiHeadAttention`` module (``model.decoder.dec_layers[i].mha1``)
+    or a dict with keys ln_weight, ln_bias, units, W, b, P, a, b_a (see :func:`layer_weights_of`).
+    Always computed in float32 or wider (low-precision activations are upcast).
+    """
+    w = layer_weights if isinstance(layer_weights, dict) else layer_weights_of(layer_weights)
+    density = density_operator(q_rot)  # [B, H, d, d]
+    ct = density.dtype
+    if w["ln_weight"].dtype != ct:
+        cast = lambda t: t.to(ct)  # noqa: E731
+        units = [([tuple(map(cast, blk)) for blk in blocks], cast(g), cast(bt)) for blocks, g, bt in w["units"]]
+        A = metric_learner(density, cast(w["ln_weight"]), cast(w["ln_bias"]), units)
+    else:
+        A = metric_learner(density, w["ln_weight"], w["ln_bias"], w["units"])
+    a_lm, a_p, g_lm = power_stage(A, w["W"], w["b"], w["P"], w["a"], w["b_a"])
+    return A, a_lm, a_p, g_lm
+
+
+# --- DAG loss -------------------------------------------------------------------------------
+
+
+def dag_loss(X: Tensor) -> Tensor:
+    """|log(tr exp(X ⊙ X) / d)| per matrix over the last two axes, overflow-safe and differentiable.
+
+    With N = X ⊙ X ≥ 0, ``log tr exp N = c + log tr exp(N − cI)`` for any constant c; c is the
+    largest real eigenvalue of N (the Perron root, computed without gradient), so the matrix
+    exponential never overflows and the gradient is exact (c is a constant shift).
+    """
+    n = X * X  # [..., d, d]
+    d = n.shape[-1]
+    with torch.no_grad():
+        c = torch.linalg.eigvals(n.to(torch.float64)).real.amax(dim=-1).to(n.dtype)  # [...]
+    eye = torch.eye(d, dtype=n.dtype, device=n.device)
+    shifted = torch.linalg.matrix_exp(n - c[..., None, None] * eye)
+    tr = torch.diagonal(shifted, dim1=-2, dim2=-1).sum(-1)
+    return torch.abs(c + torch.log(tr) - math.log(d))
+
+
+__all__ = [
+    "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_rope", "attention_support", "chain_dtype",
+    "dag_loss", "density_operator", "finite_additive_mask", "iswiglu", "layer_weights_of", "metric_learner",
+    "operator_chain", "plga_attention", "plga_attention_eager", "plga_scores", "power_stage", "rope_tables",
+    "swiglu",
+]

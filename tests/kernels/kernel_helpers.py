@@ -1,0 +1,61 @@
+"""Shared strategies and builders for the kernel tests (imported by the test modules)."""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+
+from plga.kernels import PLDRModel
+from plga.reference.config import PLDRConfig
+
+#: Small, deadline-free settings: the machine is shared (≤ 25 examples).
+FEW = settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+@st.composite
+def configs(draw, max_layers: int = 2) -> PLDRConfig:
+    """Small decoder configurations: odd head counts, odd widths, one or two units."""
+    heads = draw(st.sampled_from([1, 2, 3, 5]), label="num_heads")
+    depth = draw(st.sampled_from([2, 4, 6, 8]), label="depth")
+    return PLDRConfig(
+        num_layers=draw(st.integers(1, max_layers), label="num_layers"),
+        d_model=heads * depth,
+        num_heads=heads,
+        dff=draw(st.sampled_from([5, 8, 13]), label="dff"),
+        A_dff=draw(st.sampled_from([3, 6, 7]), label="A_dff"),
+        num_reslayerA=draw(st.integers(1, 2), label="num_reslayerA"),
+        num_denseA=draw(st.integers(1, 2), label="num_denseA"),
+        input_vocab_size=draw(st.sampled_from([11, 23, 40]), label="vocab"),
+        max_seq_len=32,
+    )
+
+
+def random_params(config: PLDRConfig, seed: int) -> dict[str, np.ndarray]:
+    """Float32 weights with the upstream initialisation (xavier; P, W, a xavier-normal)."""
+    torch.manual_seed(seed)
+    return PLDRModel(config).to_reference()
+
+
+@st.composite
+def token_batches(draw, vocab: int, max_len: int = 13, max_batch: int = 3) -> np.ndarray:
+    """Token ids [B, S] (S in 1, primes, …) with optional left or right padding per row."""
+    s = draw(st.sampled_from([1, 2, 3, 5, 7, 11, 13][: max(1, sum(n <= max_len for n in [1, 2, 3, 5, 7, 11, 13]))]), label="seq")
+    b = draw(st.integers(1, max_batch), label="batch")
+    seed = draw(st.integers(0, 2**31 - 1), label="token_seed")
+    rng = np.random.default_rng(seed)
+    tokens = rng.integers(1, vocab, size=(b, s))
+    for row in range(b):
+        side = draw(st.sampled_from(["none", "left", "right"]), label=f"pad{row}")
+        n = draw(st.integers(0, max(0, s - 1)), label=f"npad{row}")
+        if side == "left" and n:
+            tokens[row, :n] = 0
+        elif side == "right" and n:
+            tokens[row, s - n :] = 0
+    return tokens
+
+
+def model_pair(config: PLDRConfig, seed: int, dtype=torch.float64):
+    params = random_params(config, seed)
+    return params, PLDRModel.from_reference(params, config, dtype=dtype)

@@ -1,0 +1,328 @@
+"""Functional PLGA kernels against the float64 reference (SPEC §1) and the tolerance policy."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from hypothesis import example, given
+from hypothesis import strategies as st
+from kernel_helpers import FEW
+
+from plga.kernels import functional as KF
+from plga.kernels import plga_attention, plga_attention_eager
+from plga.kernels.testing import (
+    assert_rel_close,
+    assert_within_policy,
+    baseline_attention,
+    policy_check,
+)
+from plga.reference import spec
+
+
+def _support(s, t, causal, pad):
+    """Reference support [B, 1, S, T] with queries as the last S positions."""
+    allowed = np.ones((1, 1, s, t), dtype=bool)
+    if causal:
+        allowed = allowed & np.tril(np.ones((s, t), dtype=bool), k=t - s)[None, None]
+    if pad is not None:
+        allowed = allowed & ~pad[:, None, None, :]
+    return allowed
+
+
+def _inputs(seed, b, h, s, t, d, dv, g_kind, dtype=torch.float64):
+    gen = torch.Generator().manual_seed(seed)
+    q = torch.randn(b, h, s, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(b, h, t, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(b, h, t, dv, generator=gen, dtype=torch.float64)
+    if g_kind == "none":
+        G = None
+    elif g_kind == "heads":
+        G = torch.randn(h, d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+    elif g_kind == "batch":
+        G = torch.randn(b, h, d, d, generator=gen, dtype=torch.float64) / math.sqrt(d)
+    else:  # sentinel: entries h + 0.13 i + 0.017 j catch transposes and head broadcasting
+        i = torch.arange(d, dtype=torch.float64)
+        G = (torch.arange(h, dtype=torch.float64)[:, None, None] + 0.13 * i[:, None] + 0.017 * i[None, :]) / d
+    return q, k, v, G
+
+
+def _reference(q, k, v, G, allowed, finite):
+    g = np.eye(q.shape[-1]) if G is None else G.numpy()
+    if g.ndim == 3:
+        g = g[None]
+    return spec.plga_attention(
+        q.numpy(), g, k.numpy(), v.numpy(), support=allowed, fill=spec.MASK_FILL if finite else None
+    )
+
+
+shapes = st.tuples(
+    st.integers(1, 3),  # B
+    st.sampled_from([1, 2, 3, 5]),  # H (odd counts)
+    st.sampled_from([1, 2, 3, 7, 13]),  # S
+    st.sampled_from([0, 1, 4]),  # T − S
+    st.sampled_from([2, 4, 8]),  # d
+    st.sampled_from([2, 3, 8]),  # dv
+)
+
+
+@FEW
+@given(
+    shape=shapes,
+    g_kind=st.sampled_from(["none", "heads", "batch", "sentinel"]),
+    causal=st.booleans(),
+    pad=st.sampled_from(["none", "left", "right"]),
+    finite=st.booleans(),
+    backend=st.sampled_from(["sdpa", "eager"]),
+    seed=st.integers(0, 2**16),
+)
+@example(shape=(1, 1, 1, 0, 2, 2), g_kind="heads", causal=True, pad="none", finite=True, backend="sdpa", seed=0)
+@example(shape=(2, 3, 13, 4, 8, 3), g_kind="sentinel", causal=True, pad="left", finite=True, backend="sdpa", seed=1)
+def test_attention_float64_matches_reference(shape, g_kind, causal, pad, finite, backend, seed):
+    b, h, s, extra, d, dv = shape
+    t = s + extra
+    q, k, v, G = _inputs(seed, b, h, s, t, d, dv, g_kind)
+    mask = None
+    if pad != "none" and t > 1:
+        mask = torch.zeros(b, t, dtype=torch.bool)
+        if pad == "left":
+            mask[:, : t // 2] = True
+        else:
+            mask[:, t - t // 2 :] = True
+    out = plga_attention(q, k, v, G, causal=causal, key_padding_mask=mask, finite_mask=finite, backend=backend)
+    allowed = _support(s, t, causal, None if mask is None else mask.numpy())
+    want = _reference(q, k, v, G, allowed, finite)
+    assert out.shape == (b, h, s, dv) and out.dtype == torch.float64
+    assert_rel_close(out, want, name=f"{backend} finite={finite}")
+
+
+@FEW
+@given(shape=shapes, g_kind=st.sampled_from(["heads", "sentinel"]), causal=st.booleans(), seed=st.integers(0, 2**16))
+def test_attention_float32_within_policy(shape, g_kind, causal, seed):
+    b, h, s, extra, d, dv = shape
+    t = s + extra
+    q, k, v, G = _inputs(seed, b, h, s, t, d, dv, g_kind)
+    allowed = _support(s, t, causal, None)
+    truth = _reference(q, k, v, G, allowed, True)
+    f = lambda x: x.float()  # noqa: E731
+    base = baseline_attention(f(q), f(k), f(v), f(G), allowed=torch.as_tensor(allowed))
+    for backend in ("sdpa", "eager"):
+        out = plga_attention(f(q), f(k), f(v), f(G), causal=causal, backend=backend)
+        assert out.dtype == torch.float32
+        assert_within_policy(out, truth, base, name=backend)
+
+
+def test_fused_equals_eager_float64():
+    q, k, v, G = _inputs(3, 2, 3, 9, 13, 8, 5, "batch")
+    mask = torch.zeros(2, 13, dtype=torch.bool)
+    mask[1, :4] = True
+    for causal in (False, True):
+        for finite in (False, True):
+            a = plga_attention(q, k, v, G, causal=causal, key_padding_mask=mask, finite_mask=finite)
+            e = plga_attention_eager(q, k, v, G, causal=causal, key_padding_mask=mask, finite_mask=finite)
+            assert_rel_close(a, e, rtol=1e-13)
+
+
+def test_identity_G_is_sdpa_bit_for_bit():
+    """score_sdpa_special_case: G = I gives SDPA exactly (q I is exact in floating point)."""
+    for dtype in (torch.float64, torch.float32, torch.bfloat16):
+        q, k, v, _ = _inputs(5, 2, 3, 7, 7, 8, 8, "none")
+        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+        eye = torch.eye(8, dtype=dtype).expand(3, 8, 8)
+        sdpa = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        assert torch.equal(plga_attention(q, k, v, None, causal=True), sdpa)
+        assert torch.equal(plga_attention(q, k, v, eye, causal=True), sdpa)
+
+
+def test_batched_equals_per_slice():
+    """A batched multi-head call equals the per-(batch, head) calls (STYLE trait 7b)."""
+    q, k, v, G = _inputs(7, 3, 5, 6, 9, 4, 3, "batch")
+    mask = torch.zeros(3, 9, dtype=torch.bool)
+    mask[2, :3] = True
+    out = plga_attention(q, k, v, G, causal=True, key_padding_mask=mask, finite_mask=True)
+    for bi in range(3):
+        for hi in range(5):
+            one = plga_attention(
+                q[bi : bi + 1, hi : hi + 1], k[bi : bi + 1, hi : hi + 1], v[bi : bi + 1, hi : hi + 1],
+                G[bi : bi + 1, hi : hi + 1], causal=True, key_padding_mask=mask[bi : bi + 1], finite_mask=True,
+            )
+            assert_rel_close(one[0, 0], out[bi, hi], rtol=1e-14)
+
+
+def test_causal_queries_are_last_positions():
+    """S < T: query i sits at position T − S + i; the last query sees every key."""
+    q, k, v, G = _inputs(11, 1, 2, 3, 8, 4, 4, "heads")
+    out = plga_attention(q, k, v, G, causal=True)
+    full_q = torch.cat([torch.randn(1, 2, 5, 4, dtype=torch.float64), q], dim=2)  # [1, 2, 8, 4]
+    full = plga_attention(full_q, k, v, G, causal=True)
+    assert_rel_close(out, full[:, :, 5:], rtol=1e-13)
+    nomask = plga_attention(q[:, :, -1:], k, v, G)
+    assert_rel_close(out[:, :, -1:], nomask, rtol=1e-13)
+
+
+def test_fully_masked_rows():
+    """Ideal masking gives zero rows; the finite mask gives the published softmax of E − 1e9."""
+    q, k, v, G = _inputs(13, 1, 1, 4, 4, 4, 4, "heads")
+    mask = torch.tensor([[True, True, False, False]])
+    ideal = plga_attention(q, k, v, G, causal=True, key_padding_mask=mask)
+    assert torch.all(ideal[:, :, :2] == 0)
+    finite = plga_attention(q, k, v, G, causal=True, key_padding_mask=mask, finite_mask=True)
+    allowed = _support(4, 4, True, mask.numpy())
+    assert_rel_close(finite, _reference(q, k, v, G, allowed, True))
+    assert torch.all(finite[:, :, :2] != 0)
+
+
+def test_error_contract():
+    q, k, v, G = _inputs(0, 1, 2, 5, 3, 4, 4, "heads")
+    with pytest.raises(ValueError, match="S ≤ T"):
+        plga_attention(q, k, v, G, causal=True)
+    with pytest.raises(ValueError, match="G must be"):
+        plga_attention(q, k, v, torch.eye(3))
+    with pytest.raises(ValueError, match="key_padding_mask"):
+        plga_attention(q, k, v, G, key_padding_mask=torch.zeros(1, 3))
+    with pytest.raises(ValueError, match="backend"):
+        plga_attention(q, k, v, G, backend="flash3")
+
+
+# --- negative controls: the assertions must reject wrong kernels ---------------------------
+
+
+def _broken_transposed(q, k, v, G, **kw):
+    return plga_attention(q, k, v, G.transpose(-1, -2), **kw)
+
+
+def _broken_no_scale(q, k, v, G, **kw):
+    return plga_attention(q, k, v, G, scale=1.0, **kw)
+
+
+def _broken_causal_off_by_one(q, k, v, G, **kw):
+    s, t = q.shape[2], k.shape[2]
+    allowed = torch.ones(s, t, dtype=torch.bool).tril(diagonal=t - s + 1)
+    return F.scaled_dot_product_attention(KF.apply_g(q, G), k, v, attn_mask=allowed)
+
+
+@pytest.mark.parametrize("broken", [_broken_transposed, _broken_no_scale, _broken_causal_off_by_one])
+def test_negative_controls_are_rejected(broken):
+    q, k, v, G = _inputs(17, 2, 3, 6, 6, 8, 4, "sentinel")
+    allowed = _support(6, 6, True, None)
+    truth = _reference(q, k, v, G, allowed, True)
+    bad = broken(q, k, v, G, causal=True) if broken is not _broken_causal_off_by_one else broken(q, k, v, G)
+    with pytest.raises(AssertionError):
+        assert_rel_close(bad, truth)
+    f = lambda x: x.float()  # noqa: E731
+    base = baseline_attention(f(q), f(k), f(v), f(G), allowed=torch.as_tensor(allowed))
+    bad32 = broken(f(q), f(k), f(v), f(G), causal=True) if broken is not _broken_causal_off_by_one else broken(f(q), f(k), f(v), f(G))
+    assert not policy_check(bad32, truth, base).ok
+    good32 = plga_attention(f(q), f(k), f(v), f(G), causal=True)
+    assert policy_check(good32, truth, base).ok
+
+
+# --- the operator chain ---------------------------------------------------------------------
+
+
+def _chain_inputs(seed, b, h, s, d, f, units, dense):
+    rng = np.random.default_rng(seed)
+    q = rng.normal(size=(b, h, s, d))
+    lin = lambda o, i: (rng.normal(size=(o, i)) / math.sqrt(i), rng.normal(size=o) * 0.1)  # noqa: E731
+    us = []
+    for _ in range(units):
+        blocks = []
+        for _ in range(dense):
+            w1, b1 = lin(f, d)
+            w2, b2 = lin(f, d)
+            w3, b3 = lin(d, f)
+            blocks.append((w1, b1, w2, b2, w3, b3))
+        us.append((blocks, 1 + 0.1 * rng.normal(size=d), 0.1 * rng.normal(size=d)))
+    ln = (1 + 0.1 * rng.normal(size=d), 0.1 * rng.normal(size=d))
+    pw = [rng.normal(size=(h, d, d)) * s_ for s_ in (0.3, 0.05, 0.3, 0.3, 0.05)]  # W, b, P, a, b_a
+    return q, ln, us, pw
+
+
+def _chain_torch(q, ln, us, pw, dtype=torch.float64, requires_grad=False):
+    T = lambda x: torch.tensor(x, dtype=dtype, requires_grad=requires_grad)  # noqa: E731
+    return {
+        "q": T(q),
+        "w": {
+            "ln_weight": T(ln[0]), "ln_bias": T(ln[1]),
+            "units": [([tuple(T(x) for x in blk) for blk in blocks], T(g), T(bt)) for blocks, g, bt in us],
+            "W": T(pw[0]), "b": T(pw[1]), "P": T(pw[2]), "a": T(pw[3]), "b_a": T(pw[4]),
+        },
+    }
+
+
+@FEW
+@given(
+    b=st.integers(1, 2), h=st.sampled_from([1, 3, 5]), s=st.sampled_from([1, 2, 7]), d=st.sampled_from([2, 4, 6]),
+    units=st.integers(1, 2), dense=st.integers(1, 2), seed=st.integers(0, 2**16),
+)
+def test_operator_chain_matches_reference(b, h, s, d, units, dense, seed):
+    q, ln, us, pw = _chain_inputs(seed, b, h, s, d, 5, units, dense)
+    a_ref = spec.metric_learner(spec.density_operator(q), ln[0], ln[1], us)
+    alm_ref = spec.metric_tensor(a_ref, pw[0], pw[1])
+    ap_ref = spec.hadamard_power(alm_ref, pw[2])
+    g_ref = spec.energy_curvature(ap_ref, pw[3], pw[4])
+    t = _chain_torch(q, ln, us, pw)
+    A, A_LM, A_P, G = KF.operator_chain(t["q"], t["w"])
+    for name, got, want in (("A", A, a_ref), ("A_LM", A_LM, alm_ref), ("A_P", A_P, ap_ref), ("G_LM", G, g_ref)):
+        assert_rel_close(got, want, name=name)
+
+
+def test_operator_chain_upcasts_low_precision():
+    """bf16 / fp16 activations: the chain runs in float32 (A_LM's 1e-9 floor survives)."""
+    q, ln, us, pw = _chain_inputs(1, 1, 2, 5, 4, 5, 1, 2)
+    t = _chain_torch(q, ln, us, pw, dtype=torch.float32)
+    ref = KF.operator_chain(t["q"], t["w"])
+    for dt in (torch.bfloat16, torch.float16):
+        out = KF.operator_chain(t["q"].to(dt), t["w"])
+        assert all(x.dtype == torch.float32 for x in out)
+        assert float(out[1].min()) > 0  # A_LM ≥ 1e-9 > 0, no underflow to 0
+        assert torch.isfinite(out[3]).all()
+    assert torch.isfinite(ref[3]).all()
+
+
+# --- DAG loss --------------------------------------------------------------------------------
+
+
+def test_dag_loss_matches_reference(real_G):
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=(3, 6, 6))
+    assert_rel_close(KF.dag_loss(torch.tensor(x)), spec.dag_loss(x), rtol=1e-12)
+    g = real_G[2:4, :3].astype(np.float64)  # large entries: the naive trace overflows
+    got = KF.dag_loss(torch.tensor(g))
+    assert torch.isfinite(got).all()
+    assert_rel_close(got, spec.dag_loss(g), rtol=1e-10)
+    naive = torch.linalg.matrix_exp(torch.tensor(g * g)).diagonal(dim1=-2, dim2=-1).sum(-1)
+    assert not torch.isfinite(naive).all()  # the direct form overflows on the trained G
+
+
+def test_dag_loss_gradcheck():
+    x = torch.randn(2, 4, 4, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(KF.dag_loss, (x,))
+
+
+# --- gradients -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("backend", ["sdpa", "eager"])
+def test_attention_gradcheck(backend):
+    q, k, v, G = _inputs(21, 1, 2, 3, 4, 4, 3, "heads")
+    args = tuple(x.clone().requires_grad_(True) for x in (q, k, v, G))
+    mask = torch.tensor([[True, False, False, False]])
+    fn = lambda q, k, v, G: plga_attention(q, k, v, G, causal=True, key_padding_mask=mask, finite_mask=True, backend=backend)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, args)
+
+
+def test_metric_learner_gradcheck():
+    q, ln, us, pw = _chain_inputs(2, 1, 2, 3, 2, 3, 1, 2)
+    t = _chain_torch(q, ln, us, pw, requires_grad=True)
+    w = t["w"]
+    flat = [t["q"], w["ln_weight"], w["ln_bias"], w["W"], w["P"], w["a"], *w["units"][0][0][0]]
+
+    def fn(q, lw, lb, W, P, a, *blk):
+        ww = dict(w, ln_weight=lw, ln_bias=lb, W=W, P=P, a=a, units=[([tuple(blk), *w["units"][0][0][1:]], *w["units"][0][1:])])
+        return KF.operator_chain(q, ww)[3]
+
+    assert torch.autograd.gradcheck(fn, tuple(flat))
