@@ -122,7 +122,8 @@ def cmd_forward(args: argparse.Namespace) -> int:
     return 0
 
 
-def _torch_forward(params: dict[str, np.ndarray], config: Any, tokens: np.ndarray, args: argparse.Namespace) -> dict[str, np.ndarray]:
+def _torch_model(params: dict[str, np.ndarray], config: Any, args: argparse.Namespace) -> Any:
+    """The kernels' PLDRModel on ``args.device`` in ``args.dtype`` (the operator chain stays ≥ float32)."""
     try:
         import torch
 
@@ -130,7 +131,12 @@ def _torch_forward(params: dict[str, np.ndarray], config: Any, tokens: np.ndarra
     except ImportError as exc:
         raise UsageError(f"--backend torch needs the torch extra (pip install 'plga[torch]'): {exc}") from None
     dtype = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    model = PLDRModel.from_reference(params, config).to(device=args.device, dtype=dtype)
+    return PLDRModel.from_reference(params, config, dtype=dtype, device=args.device)
+
+
+def _torch_forward(params: dict[str, np.ndarray], config: Any, tokens: np.ndarray, args: argparse.Namespace) -> dict[str, np.ndarray]:
+    import torch
+    model = _torch_model(params, config, args)
     with torch.no_grad():
         out = model(torch.as_tensor(tokens, device=args.device), deductive=args.deductive)
     arrays = {"logits": out.logits.double().cpu().numpy()}
@@ -152,14 +158,27 @@ def cmd_generate(args: argparse.Namespace) -> int:
         constant_g = _load_constant_g(args.constant_g, config)
     if args.mode == "constant" and constant_g is None:
         raise UsageError("--mode constant needs --constant-g FILE.npz (key G_LM, [layers, heads, d, d])")
-    result = decoder.generate(
-        decoder.to_backend(params), config, tokens, args.max_new_tokens, args.mode,
-        constant_g=constant_g, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-        seed=args.seed,
-    )
-    _save_npz(args.out, {"tokens": result.tokens, "step_logits": result.step_logits})
-    print(f"wrote {args.out}: tokens {result.tokens.shape}, step_logits {result.step_logits.shape}")
-    for row in result.tokens:
+    if args.backend == "reference":
+        result = decoder.generate(
+            decoder.to_backend(params), config, tokens, args.max_new_tokens, args.mode,
+            constant_g=constant_g, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
+            seed=args.seed,
+        )
+        out_tokens, step_logits = result.tokens, result.step_logits
+    else:
+        import torch
+
+        model = _torch_model(params, config, args)
+        with torch.no_grad():
+            gen = model.generate(
+                torch.as_tensor(tokens, device=args.device), args.max_new_tokens, args.mode,
+                G=None if constant_g is None else np.stack(constant_g), temperature=args.temperature,
+                top_k=args.top_k, top_p=args.top_p, seed=args.seed, return_step_logits=True,
+            )
+        out_tokens, step_logits = gen.tokens.cpu().numpy(), gen.step_logits.double().cpu().numpy()
+    _save_npz(args.out, {"tokens": out_tokens, "step_logits": step_logits})
+    print(f"wrote {args.out}: tokens {out_tokens.shape}, step_logits {step_logits.shape}")
+    for row in out_tokens:
         print(" ".join(str(int(t)) for t in row))
     return 0
 
@@ -194,6 +213,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
+def _add_backend_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", choices=("reference", "torch"), default="reference",
+                   help="reference: the exact float64 reference (default); torch: plga.kernels")
+    p.add_argument("--device", default="cpu", help="torch backend device (default cpu)")
+    p.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64", help="torch backend dtype")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``plga`` command with every subcommand."""
     parser = _Parser(prog="plga", description="Power Law Graph Attention: specification, reference, kernels, conformance.")
@@ -209,9 +235,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("forward", help="evaluate a checkpoint on token ids; write logits (and deductive tensors)")
     _add_model_arguments(p)
     p.add_argument("--deductive", action="store_true", help="also write layer{i}.A, .A_LM, .A_P, .G_LM, .scores")
-    p.add_argument("--backend", choices=("reference", "torch"), default="reference")
-    p.add_argument("--device", default="cpu", help="torch backend device (default cpu)")
-    p.add_argument("--dtype", choices=("float64", "float32", "bfloat16"), default="float64", help="torch backend dtype")
+    _add_backend_arguments(p)
     p.set_defaults(func=cmd_forward)
 
     p = sub.add_parser("generate", help="greedy or sampled decoding in a cache mode")
@@ -223,6 +247,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-k", type=int, default=0)
     p.add_argument("--top-p", type=float, default=1.0)
     p.add_argument("--seed", type=int, default=None, help="sampling seed (needed when temperature > 0)")
+    _add_backend_arguments(p)
     p.set_defaults(func=cmd_generate)
 
     from .audit.cli import add_audit_arguments, audit_main

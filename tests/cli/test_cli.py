@@ -71,3 +71,18 @@ def test_errors_are_one_line_and_nonzero(tmp_path, argv, message):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and message in lines[0], result.stderr
     assert not (tmp_path / "o.npz").exists()
+
+
+@pytest.mark.parametrize("mode", ["nocache", "kvg"])
+def test_torch_backend_reproduces_the_golden_greedy_tokens(tmp_path, golden, mode):
+    pytest.importorskip("torch")
+    _, _, z = golden
+    ckpt = str(shared_file("golden", "small_seed0.pth"))
+    np.save(tmp_path / "prompt.npy", z["gen.prompt"])
+    out = tmp_path / "g.npz"
+    argv = ["generate", ckpt, "--tokens", str(tmp_path / "prompt.npy"), "--max-new-tokens", "10",
+            "--mode", mode, "--out", str(out), "--max-seq-len", "64", "--backend", "torch"]
+    assert main(argv) == 0
+    with np.load(out) as g:
+        np.testing.assert_array_equal(g["tokens"][0], z[f"gen.{mode}.tokens"])
+        np.testing.assert_allclose(g["step_logits"][0], z[f"gen.{mode}.step_logits"], rtol=0, atol=1e-12 * np.abs(z[f"gen.{mode}.step_logits"]).max())

@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 from hypothesis import example, given
 from hypothesis import strategies as st
-from kernel_helpers import FEW
+from .kernel_helpers import FEW
 
 from plga.kernels import functional as KF
 from plga.kernels import plga_attention, plga_attention_eager

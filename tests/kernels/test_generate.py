@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from kernel_helpers import FEW, configs, model_pair, random_params
+from .kernel_helpers import FEW, configs, model_pair, random_params
 
 from plga.kernels import PLDRModel, random_G, sample_next, sampling_distribution
 from plga.kernels.model import COLLAPSED_KEY

@@ -9,7 +9,7 @@ import pytest
 import torch
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
-from kernel_helpers import FEW, configs, model_pair, random_params, token_batches
+from .kernel_helpers import FEW, configs, model_pair, random_params, token_batches
 
 from plga.kernels import PLDRModel
 from plga.kernels.testing import (
