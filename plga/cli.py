@@ -68,12 +68,17 @@ def _load_model(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], Any]:
     return load_checkpoint(args.checkpoint, config=config, max_seq_len=args.max_seq_len)
 
 
-def cmd_check_sdpa(args: argparse.Namespace) -> int:
-    """PLGA at G = I against SDPA, float64 and mpmath references, seeded inputs."""
+def sdpa_reduction(seed: int = 0, dps: int = 50) -> tuple[list[tuple[str, str, str, float]], bool]:
+    """PLGA at G = I against SDPA on seeded inputs: rows (backend, shape, mask, max diff), verdict.
+
+    The verdict requires exactly 0 in float64 (the same arithmetic) and ≤ 1e-40 in mpmath.
+    """
     from .reference import spec
     from .reference.numerics import mp_eval
 
-    rng = np.random.default_rng(args.seed)
+    if not 16 <= dps <= 1000:
+        raise UsageError(f"--dps must lie in [16, 1000], got {dps}")
+    rng = np.random.default_rng(seed)
     rows = []
     for s, t, d in [(1, 1, 2), (5, 7, 4), (16, 16, 8), (33, 40, 16), (64, 64, 64)]:
         q, k, v = (rng.standard_normal((2, 3, n, d)) for n in (s, t, t))  # [B, H, ·, d]
@@ -86,17 +91,24 @@ def cmd_check_sdpa(args: argparse.Namespace) -> int:
     for s, d in [(3, 2), (4, 4)]:
         q, k, v = (rng.standard_normal((s, d)) for _ in range(3))
         support = np.tril(np.ones((s, s), dtype=bool))
-        plga = mp_eval(spec.plga_attention, q, np.eye(d), k, v, support, dps=args.dps)
-        sdpa = mp_eval(spec.sdpa_attention, q, k, v, support, dps=args.dps)
+        plga = mp_eval(spec.plga_attention, q, np.eye(d), k, v, support, dps=dps)
+        sdpa = mp_eval(spec.sdpa_attention, q, k, v, support, dps=dps)
         diff = max(abs(a - b) for a, b in zip(plga.flat, sdpa.flat, strict=True))
-        rows.append((f"mpmath {args.dps} digits", f"S={s} d={d}", "ideal", float(diff)))
+        rows.append((f"mpmath {dps} digits", f"S={s} d={d}", "ideal", float(diff)))
+    worst64 = max(r[3] for r in rows if r[0] == "float64")
+    worstmp = max(r[3] for r in rows if r[0] != "float64")
+    return rows, worst64 == 0.0 and worstmp <= 1e-40
+
+
+def cmd_check_sdpa(args: argparse.Namespace) -> int:
+    """PLGA with G = I against SDPA, float64 and mpmath references, seeded inputs."""
+    rows, ok = sdpa_reduction(args.seed, args.dps)
     width = max(len(r[1]) for r in rows)
     print(f"{'backend':<18} {'shape':<{width}} {'mask':<7} max|PLGA(G=I) − SDPA|")
     for backend, shape, mask, diff in rows:
         print(f"{backend:<18} {shape:<{width}} {mask:<7} {diff:.3e}")
     worst64 = max(r[3] for r in rows if r[0] == "float64")
     worstmp = max(r[3] for r in rows if r[0] != "float64")
-    ok = worst64 == 0.0 and worstmp <= 1e-40
     print(f"float64 max difference {worst64!r} (must be exactly 0); mpmath {worstmp:.3e} (must be ≤ 1e-40): {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
