@@ -85,12 +85,32 @@ log = elementwise(np.log, mpmath.log)
 sqrt = elementwise(np.sqrt, mpmath.sqrt)
 
 
-def power(base: Any, exponent: Any) -> Any:
-    """Elementwise real power ``base ** exponent`` (bases are positive where it is used)."""
+def rpow(base: Any, exponent: Any) -> Any:
+    """Elementwise real power with Mathlib's ``Real.rpow`` conventions (FORMAL_CATALOG §1.3).
+
+    ``x^y`` for ``x > 0``; ``x^0 = 1`` for every x; ``0^y = 0`` for ``y ≠ 0``; and for
+    ``x < 0``, ``|x|^y · cos(yπ)``. On positive bases it is exactly ``np.power``.
+    """
     if is_mp(base) or is_mp(exponent):
         b, e = np.broadcast_arrays(np.asarray(base, dtype=object), np.asarray(exponent, dtype=object))
-        return np.frompyfunc(lambda u, v: mpmath.mpf(u) ** mpmath.mpf(v), 2, 1)(b, e).astype(object)
-    return np.power(np.asarray(base, dtype=np.float64), np.asarray(exponent, dtype=np.float64))
+        return np.frompyfunc(_mp_rpow, 2, 1)(b, e).astype(object)
+    x, y = np.broadcast_arrays(np.asarray(base, dtype=np.float64), np.asarray(exponent, dtype=np.float64))
+    with np.errstate(divide="ignore", over="ignore", invalid="ignore"):
+        out = np.power(np.abs(x), y)
+        negative = x < 0
+        if negative.any():
+            out = np.where(negative, out * np.cos(y * np.pi), out)
+        return np.where(y == 0, 1.0, np.where((x == 0) & (y != 0), 0.0, out))
+
+
+def _mp_rpow(x: Any, y: Any) -> Any:
+    x, y = mpmath.mpf(x), mpmath.mpf(y)
+    if y == 0:
+        return mpmath.mpf(1)
+    if x == 0:
+        return mpmath.mpf(0)
+    magnitude = mpmath.power(abs(x), y)
+    return magnitude if x > 0 else magnitude * mpmath.cos(y * mpmath.pi)
 
 
 def scalar(value: float, like: Any) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
-from .numerics import Array, exp, is_mp, power, scalar, sqrt
+from .numerics import Array, exp, is_mp, rpow, scalar, sqrt
 
 #: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
 EPSILON_ADJ = 1e-9
@@ -131,11 +131,13 @@ def row_var(r: Any) -> Any:
 def layer_norm(r: Any, gamma: Any, beta: Any, eps: float = LAYER_NORM_EPS) -> Any:
     """Lean ``layerNorm``: γ ⊙ (r − mean r) / √(var r + ε) + β over the last axis (Lem. 5.11).
 
-    A zero denominator (only possible at ε ≤ 0) gives β, as Lean's x/0 = 0 does.
+    As in Lean, √ of a negative number is 0 and x/0 = 0: a zero or negative var + ε (only
+    possible at ε ≤ 0) gives β.
     """
     c = r - row_mean(r)  # [..., d]
-    denom = sqrt(row_var(r) + scalar(eps, r))  # [..., 1]
+    radicand = row_var(r) + scalar(eps, r)  # [..., 1]
     zero = scalar(0.0, r)
+    denom = sqrt(np.where(radicand > 0, radicand, zero))  # [..., 1]
     safe = np.where(denom == 0, scalar(1.0, r), denom)
     normed = np.where(denom == 0, zero, c / safe)
     return normed * gamma + beta
@@ -191,8 +193,12 @@ def metric_tensor(a: Any, w: Any, b: Any, eps: float = EPSILON_ADJ) -> Any:
 
 
 def hadamard_power(a_lm: Any, p: Any) -> Any:
-    """Lean ``hadamardPower``: A_P = A_LM^{⊙P}, (A_P)_ij = (A_LM)_ij^{P_ij} (Lean ``hadPow``)."""
-    return power(a_lm, p)
+    """Lean ``hadamardPower``: A_P = A_LM^{⊙P}, (A_P)_ij = (A_LM)_ij^{P_ij} (Lean ``hadPow``).
+
+    Real powers follow ``Real.rpow`` (see :func:`plga.reference.numerics.rpow`); in the model
+    A_LM ≥ ε > 0, where this is the plain power.
+    """
+    return rpow(a_lm, p)
 
 
 def energy_curvature(a_p: Any, a: Any, b_a: Any) -> Any:
@@ -280,7 +286,7 @@ def rope_frequencies(d: int, base: float = 10000.0) -> Array:
     """Lean ``ropeFrequencies``: θ_j = base^{−2j/d}, j < d/2 (float64)."""
     if d % 2:
         raise ValueError(f"RoPE needs an even head dimension, got d = {d}")
-    return base ** (-2.0 * np.arange(d // 2, dtype=np.float64) / d)
+    return rpow(base, -2.0 * np.arange(d // 2, dtype=np.float64) / d)  # Real.rpow conventions
 
 
 def rope_matrix(position: Any, theta: Any) -> Any:

@@ -74,3 +74,19 @@ def test_tiny_decoder_float64_agrees_with_mpmath():
         assert _rel(mp.logits, f64.logits) <= 1e-11
         assert _rel(mp.deductive[0]["G_LM"], f64.deductive[0]["G_LM"]) <= 1e-11
 
+
+
+def test_real_powers_follow_mathlib_rpow():
+    """Lean's Real.rpow: x^0 = 1, 0^y = 0 (y ≠ 0), x < 0 ↦ |x|^y cos(yπ) — both backends."""
+    base = np.array([-8.0, 0.0, 0.0, 2.0, -2.0])
+    expo = np.array([1 / 3, -1.5, 0.0, -1.0, 2.0])
+    expected = [2.0 * np.cos(np.pi / 3), 0.0, 1.0, 0.5, 4.0]
+    np.testing.assert_allclose(spec.hadamard_power(base, expo), expected, rtol=1e-15, atol=1e-15)
+    assert _rel(mp_eval(spec.hadamard_power, base, expo, dps=DPS), np.array(expected)) <= 1e-15
+
+
+def test_layer_norm_with_negative_radicand_returns_beta():
+    """√ of a negative is 0 in Lean and x/0 = 0, so LN_ε with var + ε < 0 is exactly β."""
+    r, gamma, beta = np.array([1.0, 1.0 + 1e-9]), np.array([2.0, 3.0]), np.array([0.5, -0.5])
+    np.testing.assert_array_equal(spec.layer_norm(r, gamma, beta, -1.0), beta)
+    np.testing.assert_array_equal(as_float64(mp_eval(spec.layer_norm, r, gamma, beta, -1.0, dps=DPS)), beta)

@@ -1,0 +1,83 @@
+"""``python -m plga.proofs_bridge {catalog,theorems,approve,gates,table}``."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .parser import LeanSubsetError
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m plga.proofs_bridge", description=__doc__)
+    p.add_argument("--formal-dir", default=None, help="formal/ tree to read (default: plga.formal.FORMAL_DIR)")
+    sub = p.add_subparsers(dest="cmd", required=True)
+    c = sub.add_parser("catalog", help="list every declaration")
+    c.add_argument("--json", action="store_true")
+    t = sub.add_parser("theorems", help="run every check")
+    t.add_argument("--json", action="store_true")
+    t.add_argument("--max-examples", type=int, default=25)
+    t.add_argument("--dps", type=int, default=50)
+    t.add_argument("--no-symbolic", action="store_true")
+    t.add_argument("names", nargs="*", help="only these theorems")
+    a = sub.add_parser("approve", help="approve current statement fingerprints in manifest.json")
+    a.add_argument("names", nargs="*")
+    a.add_argument("--all", action="store_true")
+    sub.add_parser("gates", help="run the gates (coverage, names, manifest, forbidden tokens)")
+    sub.add_parser("table", help="print the README's 'What is formalized' table")
+    args = p.parse_args(argv)
+    try:
+        return _run(args)
+    except LeanSubsetError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .catalog import Catalog
+    from .runner import approve, render_formalized_table, render_table, run_all, summary
+
+    if args.cmd == "catalog":
+        cat = Catalog.load(args.formal_dir)
+        if args.json:
+            print(cat.to_json())
+        else:
+            for e in cat.entries:
+                print(f"{e.kind:8s} {e.full_name:50s} {e.file}:{e.line}  {e.paper or ''}")
+        return 0
+    if args.cmd == "theorems":
+        res = run_all(max_examples=args.max_examples, dps=args.dps, root=args.formal_dir,
+                      symbolic=not args.no_symbolic, names=args.names or None)
+        if args.json:
+            print(json.dumps({"summary": summary(res), "results": [r.to_json() for r in res]}, indent=2, ensure_ascii=False))
+        else:
+            print(render_table(res))
+        return 0 if all(r.status == "pass" for r in res) else 1
+    if args.cmd == "approve":
+        if not args.all and not args.names:
+            print("error: give theorem names or --all", file=sys.stderr)
+            return 2
+        done = approve(None if args.all else args.names, root=args.formal_dir)
+        print(f"approved {len(done)} theorem(s)")
+        return 0
+    if args.cmd == "gates":
+        from .gates import all_gates
+        from .runner import Bridge
+
+        problems = all_gates(Bridge(args.formal_dir))
+        bad = 0
+        for gate, items in problems.items():
+            print(f"{gate}: {'ok' if not items else f'{len(items)} problem(s)'}")
+            for it in items:
+                print(f"  {it}")
+            bad += len(items)
+        return 1 if bad else 0
+    if args.cmd == "table":
+        print(render_formalized_table(args.formal_dir))
+        return 0
+    return 2  # pragma: no cover
+
+
+if __name__ == "__main__":
+    sys.exit(main())
