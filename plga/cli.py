@@ -210,6 +210,27 @@ def _load_constant_g(path: str, config: Any) -> list[np.ndarray]:
     return list(g)
 
 
+def cmd_theorems(args: argparse.Namespace) -> int:
+    """Run the proofs bridge: derived, symbolic and hand-written checks of every theorem."""
+    from .proofs_bridge import render_formalized_table, render_table, run_all, summary
+
+    if args.readme_table:
+        print(render_formalized_table(args.formal_dir))
+        return 0
+    if args.max_examples < 1 or not 16 <= args.dps <= 1000:
+        raise UsageError("--max-examples must be ≥ 1 and --dps in [16, 1000]")
+    results = run_all(max_examples=args.max_examples, dps=args.dps, root=args.formal_dir,
+                      symbolic=not args.no_symbolic, names=args.names or None)
+    if args.names and len(results) != len(set(args.names)):
+        known = {r.name for r in results}
+        raise UsageError(f"unknown theorem(s): {sorted(set(args.names) - known)}")
+    if args.json:
+        print(json.dumps({"summary": summary(results), "results": [r.to_json() for r in results]}, indent=2, ensure_ascii=False))
+    else:
+        print(render_table(results))
+    return 0 if all(r.status == "pass" for r in results) else 1
+
+
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="upstream .pth, .safetensors, or a folder with config.json")
     p.add_argument("--tokens", required=True, help="token ids: .npy or a JSON list of lists (id 0 = padding)")
@@ -261,6 +282,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=None, help="sampling seed (needed when temperature > 0)")
     _add_backend_arguments(p)
     p.set_defaults(func=cmd_generate)
+
+    p = sub.add_parser("theorems", help="every theorem of formal/ as an executable check (table; --json)")
+    p.add_argument("names", nargs="*", help="only these theorems (default: all)")
+    p.add_argument("--json", action="store_true", help="machine-readable results and summary")
+    p.add_argument("--max-examples", type=int, default=25, help="Hypothesis examples per derived check (default 25)")
+    p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50)")
+    p.add_argument("--no-symbolic", action="store_true", help="skip the sympy proofs")
+    p.add_argument("--formal-dir", default=None, help="formal/ tree to read (default: the installed one)")
+    p.add_argument("--readme-table", action="store_true", help="print the README's 'What is formalized' table and exit")
+    p.set_defaults(func=cmd_theorems)
 
     from .audit.cli import add_audit_arguments, audit_main
 

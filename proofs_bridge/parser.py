@@ -518,8 +518,9 @@ _PAPER_RE = re.compile(r"Paper:\s*(.*)")
 def paper_reference(doc: str | None) -> str | None:
     """The paper result named on a docstring's first line: ``Paper: Thm. 5.4(i).`` → ``Thm. 5.4(i)``.
 
-    The reference ends at the first period followed by end of line or by a space and a
-    non-digit (so ``Def. 3.1`` and ``Prop. 3.12 / Prop. 5.2(iii)`` stay whole).
+    The reference ends at the first period followed by end of line or by a space and anything
+    but a digit or an opening parenthesis (so ``Def. 3.1``, ``Prop. 3.12 / Prop. 5.2(iii)`` and
+    ``Rem. (DAG-loss positivity obstruction)`` stay whole).
     """
     if not doc:
         return None
@@ -529,6 +530,7 @@ def paper_reference(doc: str | None) -> str | None:
         return None
     rest = m.group(1)
     for i, c in enumerate(rest):
-        if c == "." and (i + 1 == len(rest) or (rest[i + 1] == " " and not rest[i + 2 : i + 3].isdigit())):
+        after = rest[i + 2 : i + 3]
+        if c == "." and (i + 1 == len(rest) or (rest[i + 1] == " " and not (after.isdigit() or after == "("))):
             return rest[:i].strip()
     return rest.strip()

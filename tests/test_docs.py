@@ -23,3 +23,13 @@ def test_ci_runs_exactly_the_readme_test_command():
     ci = (REPO / ".ci" / "run").read_text().splitlines()
     assert test_command in ci, f"{test_command!r} must be a line of .ci/run"
     assert any("exit 1" in line for line in ci) and "-eq 5" in "".join(ci), "CI must fail on pytest exit 5"
+
+
+def test_readme_formalized_table_is_generated_from_the_catalog():
+    from plga.proofs_bridge import render_formalized_table
+
+    text = (REPO / "README.md").read_text()
+    start = text.index("<!-- BEGIN formalized")
+    start = text.index("\n", start) + 1
+    end = text.index("<!-- END formalized -->")
+    assert text[start:end].strip() == render_formalized_table().strip(), "run `plga theorems --readme-table`"
