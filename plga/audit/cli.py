@@ -20,12 +20,14 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--tokenizer", default=None, help="SentencePiece .model for text prompts (default prompts: 8 English sentences)")
     parser.add_argument("--out", default="audit_out", help="output folder (default: audit_out)")
     parser.add_argument("--collapse", action="store_true",
-                        help="also build the constant operator (mean G), check cache fidelity, write the collapsed checkpoint")
+                        help="also build the constant operator (mean G), write the collapsed checkpoint OUT/collapsed "
+                        "(plga.kernels format: PLDRModel.from_pretrained loads it) and check its cache fidelity")
     parser.add_argument("--operators", default=None, metavar="FILE.npz",
                         help="audit constant operators [L, H, d, d] from an .npz instead of a model")
     parser.add_argument("--operators-key", default=None, help="the array of --operators to audit (default: every array)")
     parser.add_argument("--backend", default="auto", choices=("auto", "reference", "torch"),
-                        help="auto: torch when importable and d_model ≥ 512 (or a non-CPU device / float32), else the float64 reference")
+                        help="auto: torch (plga.kernels.PLDRModel) when importable and d_model ≥ 512 (or a non-CPU device / float32), "
+                        "else the float64 reference")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
     parser.add_argument("--seed", type=int, default=0, help="seed of the built-in model and of the pair/candidate draws")

@@ -1,32 +1,19 @@
-"""Models and prompts for the audit: the built-in small model, prompt sets, collapsed checkpoints.
+"""Models and prompts for the audit: the built-in small model and prompt sets.
 
-Collapsed checkpoint format (``collapsed-G-v1``), written by :func:`save_collapsed`:
-
-* a folder with ``model.safetensors`` and ``config.json``;
-* the safetensors file holds every tensor of the original checkpoint **except** the metric
-  learner and power stage of each layer (``mha1.layernorm1.*``, ``mha1.reslayerAs.*``,
-  ``mha1.plgatt_layer.*``), plus one constant operator per layer under
-  ``decoder.dec_layers.{i}.mha1.G_LM`` with shape ``[heads, d, d]`` (dtype of the original
-  weights, float32 for released checkpoints);
-* ``config.json`` is the upstream hyperparameter dict (:meth:`PLDRConfig.to_upstream`) plus
-  ``"plga_format": "collapsed-G-v1"`` and ``"constant_G_key"``.
-
-Decoding such a model is PLGA with the constant G of each layer (SPEC §3, the collapsed model
-of the inference-collapse theorem): :func:`load_collapsed` returns ``(params, config, G)``
-for :func:`plga.reference.decoder.generate` with ``mode="constant", constant_g=G``.
+Collapsed checkpoints are written and read by :mod:`plga.audit.collapsed` in the kernels'
+format (``plga.kernels.PLDRModel.save_collapsed``).
 """
 
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from ..reference.checkpoint import CheckpointError, expected_shapes
+from ..reference.checkpoint import expected_shapes
 from ..reference.config import PLDRConfig
 
 #: The built-in model: seeded random weights of a small PLDR-LLM (head dim 64 as in the paper).
@@ -46,10 +33,6 @@ DEFAULT_PROMPTS = (
     "She opened the old letter carefully, because the paper was thin and the ink had faded",
     "A computer program is a sequence of instructions that a machine can execute in order to",
 )
-
-_COLLAPSED_DROP = re.compile(r"\.mha1\.(layernorm1|reslayerAs|plgatt_layer)\.")
-COLLAPSED_FORMAT = "collapsed-G-v1"
-COLLAPSED_G_KEY = "decoder.dec_layers.{layer}.mha1.G_LM"
 
 
 def builtin_config(**overrides: Any) -> PLDRConfig:
@@ -181,50 +164,3 @@ def validate_prompts(prompts: Sequence[Sequence[int]], config: PLDRConfig) -> li
     if not out:
         raise ValueError("no prompts")
     return out
-
-
-def save_collapsed(params: Mapping[str, np.ndarray], config: PLDRConfig, constant_g: Sequence[Any], folder: str | Path) -> Path:
-    """Write the collapsed checkpoint (format ``collapsed-G-v1``, module docstring) atomically."""
-    from safetensors.numpy import save_file
-
-    from ..atomic import atomic_path
-
-    if len(constant_g) != config.num_layers:
-        raise ValueError(f"need one constant G per layer ({config.num_layers}), got {len(constant_g)}")
-    dtype = np.asarray(params["decoder.embedding.weight"]).dtype
-    state = {k: np.ascontiguousarray(v) for k, v in params.items() if not _COLLAPSED_DROP.search(k)}
-    want = (config.num_heads, config.depth, config.depth)
-    for i, g in enumerate(constant_g):
-        g = np.asarray(g)
-        if g.shape != want:
-            raise ValueError(f"constant G of layer {i} must have shape {want}, got {g.shape}")
-        state[COLLAPSED_G_KEY.format(layer=i)] = np.ascontiguousarray(g.astype(dtype))
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    out = folder / "model.safetensors"
-    with atomic_path(out) as tmp:
-        save_file(state, str(tmp))
-    meta = {**config.to_upstream(), "plga_format": COLLAPSED_FORMAT, "constant_G_key": COLLAPSED_G_KEY}
-    with atomic_path(folder / "config.json") as tmp:
-        tmp.write_text(json.dumps(meta, indent=1))
-    return out
-
-
-def load_collapsed(folder: str | Path) -> tuple[dict[str, np.ndarray], PLDRConfig, list[np.ndarray]]:
-    """Read a ``collapsed-G-v1`` folder → (non-learner params, config, per-layer G [H, d, d])."""
-    from safetensors.numpy import load_file
-
-    folder = Path(folder)
-    try:
-        meta = json.loads((folder / "config.json").read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise CheckpointError(f"{folder}: unreadable config.json: {exc}") from exc
-    if meta.get("plga_format") != COLLAPSED_FORMAT:
-        raise CheckpointError(f"{folder} is not a {COLLAPSED_FORMAT} checkpoint")
-    config = PLDRConfig.from_upstream(meta)
-    state = dict(load_file(str(folder / "model.safetensors")))
-    g = [state.pop(COLLAPSED_G_KEY.format(layer=i)) for i in range(config.num_layers)]
-    want = {k: v for k, v in expected_shapes(config).items() if not _COLLAPSED_DROP.search(k)}
-    if set(want) != set(state) or any(tuple(state[k].shape) != want[k] for k in want):
-        raise CheckpointError(f"{folder}: tensors do not match the configuration {config}")
-    return state, config, g

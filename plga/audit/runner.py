@@ -22,11 +22,12 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
-from ..reference.checkpoint import load_checkpoint
+from ..reference.checkpoint import load_checkpoint, read_safetensors
 from ..reference.config import PLDRConfig
 from . import model as mdl
 from . import stats as st
 from .backend import make_backend
+from .collapsed import is_collapsed_folder
 from .summary import jsonable, summarize
 
 RAW_NAME = "audit_raw.npz"
@@ -99,6 +100,8 @@ def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], P
         params, config = checkpoint
         return dict(params), config, {"source": "in-memory", "params_sha256": params_sha256(params)}
     path = Path(checkpoint)
+    if is_collapsed_folder(path):
+        raise ValueError(f"{path} is a collapsed checkpoint (no metric learner): the audit measures the uncollapsed model")
     params, config = load_checkpoint(path)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".json"))
     if path.is_file() and path.suffix == ".safetensors" and (path.parent / "config.json").exists():
@@ -334,30 +337,36 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
 
 
 def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig, g_lm: np.ndarray, prompts: list[list[int]], sizes: AuditSizes, out_dir: Path, device: str, dtype: str, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Constant operator = mean G over the prompts; cache fidelity; the collapsed checkpoint."""
-    from .backend import make_backend as _mk
+    """Constant operator = mean G over the prompts; the collapsed checkpoint; its cache fidelity.
+
+    The checkpoint is the project's one collapsed format (:mod:`plga.audit.collapsed`, written
+    by ``plga.kernels.PLDRModel.save_collapsed`` when torch is importable), read back by the
+    same backend kind as the audit: ``PLDRModel.from_pretrained`` (torch) or
+    :func:`plga.audit.collapsed.read_collapsed` (reference), decoding with its stored G.
+    """
+    from .backend import load_collapsed_backend
+    from .collapsed import COLLAPSED_KEY, FORMAT_NAME, write_collapsed
 
     mean, spread = st.spread(g_lm, axis=0)  # mean [L, H, d, d], spread [L, H]
     store = np.asarray(params["decoder.embedding.weight"]).dtype
-    g_const = [mean[li].astype(store) for li in range(config.num_layers)]
+    store = np.dtype(np.float32) if store == np.float16 else store  # the checkpoint's dtype (kernels widen fp16)
+    g_const = mean.astype(store)
     folder = out_dir / "collapsed"
-    mdl.save_collapsed(params, config, g_const, folder)
-    cparams, cconfig, cg = mdl.load_collapsed(folder)
-    cback = _mk(backend.name, cparams, cconfig, device=device, dtype=dtype)
+    _, writer = write_collapsed(params, config, g_const, folder)
+    cback = load_collapsed_backend(backend.name, folder, device=device, dtype=dtype)
     g64 = [np.asarray(g, dtype=np.float64) for g in g_const]
-    cg64 = [np.asarray(g, dtype=np.float64) for g in cg]
     eq, dls, agree, dlm = [], [], [], []
     for p in _progress(prompts[: sizes.n_decode_prompts], "collapse fidelity", progress):
         T = min(sizes.n_decode_steps, config.max_seq_len - len(p))
         prompt = np.asarray([p])
         t_kvg, l_kvg = backend.generate(prompt, T, "kvg", constant_g=g64)
-        t_col, l_col = cback.generate(prompt, T, "constant", constant_g=cg64)
+        t_col, l_col = cback.generate(prompt, T, "constant")  # the checkpoint's stored G
         eq.append(bool(np.array_equal(t_kvg, t_col)))
         dls.append(st.dlogit(l_kvg[0], l_col[0]))
         t_model, _ = backend.generate(prompt, T, "kv")
         # teacher-forced on the model's own greedy tokens, both without cache (like with like)
         lm = backend.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
-        lc = cback.forward(t_model[:, :-1], constant_g=cg64).logits[0, len(p) - 1 :]
+        lc = cback.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
         dlm.append(st.dlogit(lm, lc))
         agree.append(np.argmax(lm, -1) == np.argmax(lc, -1))
     raw = {
@@ -366,8 +375,11 @@ def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig
         "collapse_vs_model_dlogit": np.asarray(dlm), "collapse_vs_model_agree": np.asarray(agree),
     }
     meta = {
-        "folder": str(folder), "format": mdl.COLLAPSED_FORMAT, "writer": "plga.audit.model.save_collapsed",
+        "folder": str(folder), "format": FORMAT_NAME, "G_key": COLLAPSED_KEY, "writer": writer,
+        "reader": "plga.kernels.PLDRModel.from_pretrained" if cback.name == "torch" else "plga.audit.collapsed.read_collapsed",
         "sha256": {f.name: _sha256_file(f) for f in sorted(folder.iterdir()) if not f.name.startswith(".")},
+        # file bytes vary with safetensors' metadata order; this digest of the tensors does not
+        "tensors_sha256": params_sha256(read_safetensors(folder / "model.safetensors")),
         "G_dtype": str(store), "n_prompts_averaged": int(g_lm.shape[0]),
     }
     return raw, meta

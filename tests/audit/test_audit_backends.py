@@ -1,11 +1,15 @@
-"""The torch backend reproduces the float64 reference backend (forward, deductive tensors, decoding)."""
+"""The torch backend (a thin adapter over ``plga.kernels.PLDRModel``) reproduces the float64
+reference backend: forward, deductive tensors, decoding in every mode, layer probes, the row
+map, collapsed checkpoints, and a whole audit."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from plga.audit.backend import ReferenceBackend, make_backend
+from plga.audit import AuditSizes, run_audit
+from plga.audit.backend import ReferenceBackend, load_collapsed_backend, make_backend
+from plga.audit.collapsed import write_collapsed
 from plga.audit.model import random_params
 from plga.reference.config import PLDRConfig
 
@@ -41,6 +45,94 @@ def test_decoding_matches_reference(pair, mode):
     sa, _ = ref.generate(prompt, 4, mode, temperature=1.0, top_k=10, seed=100)
     sb, _ = tb.generate(prompt, 4, mode, temperature=1.0, top_k=10, seed=100)
     assert np.array_equal(sa, sb)
+
+
+def test_backend_is_the_kernels_model(pair):
+    from plga.kernels import PLDRModel
+
+    _, tb = pair
+    assert isinstance(tb.model, PLDRModel) and tb.model.dtype == torch.float64 and not tb.collapsed
+
+
+def _gconst(seed=5):
+    rng = np.random.default_rng(seed)
+    return [rng.normal(size=(CONFIG.num_heads, CONFIG.depth, CONFIG.depth)) for _ in range(CONFIG.num_layers)]
+
+
+def test_probes_and_row_map_match_reference(pair):
+    ref, tb = pair
+    tokens = np.array([[5, 9, 17, 3, 21, 8, 30]])
+    for pa, pb in zip(ref.probe(tokens), tb.probe(tokens), strict=True):
+        for name in ("q_pre", "q_rot", "density", "learner_input"):
+            np.testing.assert_allclose(getattr(pb, name), getattr(pa, name), rtol=1e-9, atol=1e-9, err_msg=name)
+    rows = np.random.default_rng(2).normal(size=(10, CONFIG.depth))
+    for layer in range(CONFIG.num_layers):
+        np.testing.assert_allclose(tb.row_map(layer, rows), ref.row_map(layer, rows), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("mode", ["nocache", "kv", "kvg", "constant"])
+def test_constant_g_matches_reference(pair, mode):
+    ref, tb = pair
+    g = _gconst()
+    prompt = np.array([[5, 9, 17, 21]])
+    a, b = ref.forward(prompt, constant_g=g), tb.forward(prompt, constant_g=g)
+    np.testing.assert_allclose(b.logits, a.logits, rtol=1e-10, atol=1e-10)
+    assert all(set(d) == {"G_LM"} for d in b.deductive)
+    ta, la = ref.generate(prompt, 3, mode, constant_g=g)
+    tb_, lb = tb.generate(prompt, 3, mode, constant_g=g)
+    assert np.array_equal(ta, tb_)
+    np.testing.assert_allclose(lb, la, rtol=1e-9, atol=1e-9)
+    sa, _ = ref.generate(prompt, 3, mode, constant_g=g, temperature=1.0, top_k=10, seed=7)
+    sb, _ = tb.generate(prompt, 3, mode, constant_g=g, temperature=1.0, top_k=10, seed=7)
+    assert np.array_equal(sa, sb)
+
+
+def test_collapsed_backends_agree(tmp_path):
+    """Both readers of one collapsed folder decode with its stored G, like kvg with that G."""
+    params = random_params(CONFIG, seed=11)
+    g = [x.astype(np.float32) for x in _gconst(6)]
+    write_collapsed(params, CONFIG, g, tmp_path)
+    rc = load_collapsed_backend("reference", tmp_path)
+    tc = load_collapsed_backend("torch", tmp_path, dtype="float64")
+    assert rc.collapsed and tc.collapsed
+    for a, b, want in zip(rc.collapsed_g, tc.collapsed_g, g, strict=True):
+        assert np.array_equal(a, want) and np.array_equal(b, want)
+    prompt = np.array([[5, 9, 17, 21]])
+    ta, la = rc.generate(prompt, 4, "constant")
+    tb_, lb = tc.generate(prompt, 4, "collapsed")
+    assert np.array_equal(ta, tb_)
+    np.testing.assert_allclose(lb, la, rtol=1e-9, atol=1e-9)
+    tk, lk = ReferenceBackend(params, CONFIG).generate(prompt, 4, "kvg", constant_g=g)
+    assert np.array_equal(tk, ta) and np.array_equal(lk, la)
+    with pytest.raises(ValueError, match="no metric learner"):
+        tc.probe(prompt)
+    with pytest.raises(ValueError, match="no metric learner"):
+        rc.row_map(0, np.zeros((1, CONFIG.depth)))
+
+
+def test_whole_audit_agrees_between_backends(tmp_path):
+    """Every raw array of a torch-backend audit (with --collapse) matches the reference audit."""
+    sizes = AuditSizes(n_decode_prompts=2, n_decode_steps=3, n_order_prompts=2, n_order_tokens=3, n_pool_rows=8,
+                       n_pairs=20, o3_prompts=1, o4_contexts=1, o4_cand_len=2)
+    params = random_params(CONFIG, seed=3)
+    kw = dict(checkpoint=(params, CONFIG), collapse=True, sizes=sizes, progress=False, plots=False)
+    ra = run_audit(out_dir=tmp_path / "ref", backend="reference", **kw)
+    rb = run_audit(out_dir=tmp_path / "torch", backend="torch", **kw)
+    assert rb["environment"]["backend"] == "torch" and rb["collapse"]["reader"] == "plga.kernels.PLDRModel.from_pretrained"
+    assert ra["collapse"]["reader"] == "plga.audit.collapsed.read_collapsed"
+    assert ra["stochastic_continuations"] == rb["stochastic_continuations"]
+    assert ra["decode_continuations"] == rb["decode_continuations"]
+    assert ra["collapse"]["tensors_sha256"] == rb["collapse"]["tensors_sha256"], "one checkpoint, whatever the backend"
+    with np.load(tmp_path / "ref" / "audit_raw.npz") as za, np.load(tmp_path / "torch" / "audit_raw.npz") as zb:
+        assert sorted(za.files) == sorted(zb.files)
+        for k in za.files:
+            a, b = za[k], zb[k]
+            if a.dtype.kind in "biu":
+                assert np.array_equal(a, b), k
+            else:
+                np.testing.assert_allclose(b, a, rtol=1e-7, atol=1e-9, err_msg=k)
+    c = rb["summary"]["collapse"]["cache_fidelity"]
+    assert c["tokens_equal"] and c["max_dlogit"] == 0.0
 
 
 def test_auto_picks_reference_for_small_models():

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from plga.audit import AuditSizes, jsonable, run_audit, stats, summarize
-from plga.audit.model import load_collapsed, random_params
+from plga.audit.collapsed import COLLAPSED_KEY, read_collapsed
+from plga.audit.model import random_params
 from plga.reference.config import PLDRConfig
 
 CONFIG = PLDRConfig(num_layers=2, d_model=32, num_heads=2, dff=48, A_dff=16, num_reslayerA=2, num_denseA=2, input_vocab_size=64, max_seq_len=64)
@@ -62,9 +63,11 @@ def test_collapsed_by_construction_reports_exact_zeros(collapsed_run):
 
 def test_collapsed_checkpoint_holds_the_constant_operator(collapsed_run):
     rec, out = collapsed_run
-    params, config, g = load_collapsed(out / "collapsed")
+    params, config, g = read_collapsed(out / "collapsed")
     assert config == CONFIG
-    assert not any("reslayerAs" in k or "plgatt_layer" in k for k in params)
+    assert json.loads((out / "collapsed" / "config.json").read_text())["collapsed"] is True
+    assert not any("reslayerAs" in k or "plgatt_layer" in k or "mha1.layernorm1" in k for k in params)
+    assert COLLAPSED_KEY not in params and rec["collapse"]["G_key"] == COLLAPSED_KEY
     for gi, want in zip(g, _gstar(), strict=True):
         assert gi.dtype == np.float32 and np.array_equal(gi, want)
     for name, digest in rec["collapse"]["sha256"].items():
