@@ -25,6 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
+from ..reference.decoder import NonFiniteError
+
 #: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
 EPSILON_ADJ = 1e-9
 #: LayerNorm epsilon used everywhere in the model.
@@ -114,7 +116,13 @@ def attention_support(
 
 
 def finite_additive_mask(allowed: Tensor, dtype: torch.dtype, fill: float = MASK_FILL) -> Tensor:
-    """The upstream additive mask: 0 where allowed, ``fill`` (−1e9) elsewhere, in ``dtype``."""
+    """The upstream additive mask: 0 where allowed, ``fill`` (−1e9) elsewhere, in ``dtype``.
+
+    ``fill`` is clamped to the dtype's finite range: −1e9 is −inf in float16 (max 65504), which
+    would turn a fully masked row into 0/0 (NaN, or zeros in some fused kernels) instead of the
+    published finite-mask softmax; float16 uses −65504 instead (float32/64 and bfloat16 are unchanged).
+    """
+    fill = max(float(fill), float(torch.finfo(dtype).min))
     zero = torch.zeros((), dtype=dtype, device=allowed.device)
     return torch.where(allowed, zero, torch.full((), fill, dtype=dtype, device=allowed.device))
 
@@ -129,6 +137,12 @@ def apply_g(q: Tensor, G: Tensor | None) -> Tensor:
     """
     if G is None:
         return q
+    if not isinstance(G, Tensor):
+        raise TypeError(f"G must be a torch.Tensor or None, got {type(G).__name__}")
+    if not G.is_floating_point():
+        raise ValueError(f"G must be a floating-point tensor, got {G.dtype}")
+    if G.device != q.device:
+        raise ValueError(f"G is on {G.device} but q is on {q.device}")
     if G.ndim not in (3, 4) or G.shape[-2:] != (q.shape[-1], q.shape[-1]) or G.shape[-3] != q.shape[1]:
         raise ValueError(
             f"G must be [H, d, d] or [B, H, d, d] with H={q.shape[1]}, d={q.shape[-1]}; got {tuple(G.shape)}"
@@ -141,7 +155,22 @@ def apply_g(q: Tensor, G: Tensor | None) -> Tensor:
     return (q.to(ct) @ G.to(ct)).to(q.dtype)
 
 
-def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
+def _check_qkv(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    G: Tensor | None = None,
+    key_padding_mask: Tensor | None = None,
+    scale: float | None = None,
+    validate: bool = True,
+) -> None:
+    """Shapes, dtypes and devices of attention inputs; with ``validate`` also finiteness.
+
+    Every problem is a ``ValueError`` (a non-tensor argument a ``TypeError``) naming the input.
+    """
+    for name, x in (("q", q), ("k", k), ("v", v)):
+        if not isinstance(x, Tensor):
+            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
         raise ValueError(f"q, k, v must be [B, H, S, d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
@@ -149,6 +178,40 @@ def _check_qkv(q: Tensor, k: Tensor, v: Tensor) -> None:
             f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
             "(need q [B,H,S,d], k [B,H,T,d], v [B,H,T,dv])"
         )
+    if 0 in q.shape or 0 in k.shape or 0 in v.shape:
+        raise ValueError(
+            f"empty attention input: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
+            "(every dimension must be ≥ 1: no queries, keys or features to attend over)"
+        )
+    if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
+        raise ValueError(f"q, k, v must be floating point, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.dtype == k.dtype == v.dtype):
+        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+    if not (q.device == k.device == v.device):
+        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+    if key_padding_mask is not None:
+        if not isinstance(key_padding_mask, Tensor):
+            raise TypeError(f"key_padding_mask must be a bool torch.Tensor, got {type(key_padding_mask).__name__}")
+        if key_padding_mask.device != q.device:
+            raise ValueError(f"key_padding_mask is on {key_padding_mask.device} but q is on {q.device}")
+        if key_padding_mask.ndim == 2 and key_padding_mask.shape[0] not in (1, q.shape[0]):
+            raise ValueError(f"key_padding_mask has batch {key_padding_mask.shape[0]}, q has batch {q.shape[0]}")
+    if scale is not None and not math.isfinite(float(scale)):
+        raise ValueError(f"scale must be finite, got {scale}")
+    if validate:
+        for name, x in (("q", q), ("k", k), ("v", v), ("G", G)):
+            if x is not None and isinstance(x, Tensor) and not bool(torch.isfinite(x).all()):
+                raise ValueError(f"{name} has non-finite entries (NaN or inf); attention inputs must be finite")
+
+
+def check_deductive(name: str, tensor: Tensor, layer: int) -> None:
+    """Raise :class:`~plga.reference.decoder.NonFiniteError` naming ``layer`` and the heads where
+    ``tensor`` [B, H, …] is not finite (same message as the reference's ``check_finite``)."""
+    bad = ~torch.isfinite(tensor)
+    if bool(bad.any()):
+        heads = sorted({int(h) for h in bad.nonzero()[:, 1].tolist()}) if tensor.ndim >= 2 else []
+        hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
+        raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {heads}{hint}")
 
 
 def plga_attention(
@@ -162,6 +225,7 @@ def plga_attention(
     scale: float | None = None,
     finite_mask: bool = False,
     backend: str = "sdpa",
+    validate: bool = True,
 ) -> Tensor:
     """Power law graph attention softmax((q G) kᵀ · scale + mask) v, fused via SDPA.
 
@@ -184,14 +248,19 @@ def plga_attention(
 
     ``backend="eager"`` materializes the S×T scores as the published code does
     (:func:`plga_attention_eager`).
+
+    Input errors (ranks, shapes, empty dimensions, dtypes differing between q, k, v, devices,
+    a non-floating G) are ``ValueError``; with ``validate`` (default) NaN or inf in q, k, v or
+    G are refused too. ``validate=False`` skips that scan (one device sync) for benchmarks.
     """
     if backend == "eager":
         return plga_attention_eager(
-            q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale, finite_mask=finite_mask
+            q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale, finite_mask=finite_mask,
+            validate=validate,
         )
     if backend != "sdpa":
         raise ValueError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
-    _check_qkv(q, k, v)
+    _check_qkv(q, k, v, G, key_padding_mask, scale, validate)
     s, t = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     qg = apply_g(q, G)  # [B, H, S, d]
@@ -206,6 +275,10 @@ def plga_attention(
 
 def plga_scores(q: Tensor, k: Tensor, G: Tensor | None = None, *, scale: float | None = None) -> Tensor:
     """The unmasked scaled scores E = (q G) kᵀ · scale → [B, H, S, T] (upstream ``Ep``)."""
+    if not (isinstance(q, Tensor) and isinstance(k, Tensor)):
+        raise TypeError("q and k must be torch tensors")
+    if q.ndim != 4 or k.ndim != 4 or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"q, k must be [B, H, S, d] and [B, H, T, d]; got {tuple(q.shape)}, {tuple(k.shape)}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     return (apply_g(q, G) @ k.transpose(-1, -2)) * scale
 
@@ -220,6 +293,7 @@ def plga_attention_eager(
     key_padding_mask: Tensor | None = None,
     scale: float | None = None,
     finite_mask: bool = False,
+    validate: bool = True,
 ) -> Tensor:
     """The explicit baseline: scores (q G) kᵀ · scale materialized [B, H, S, T], mask, softmax, · v.
 
@@ -227,7 +301,7 @@ def plga_attention_eager(
     is the upstream additive −1e9; otherwise masked entries are exactly zero and an empty
     row gives zeros (the ideal masked softmax, Lean ``maskedSoftmax``).
     """
-    _check_qkv(q, k, v)
+    _check_qkv(q, k, v, G, key_padding_mask, scale, validate)
     s, t = q.shape[2], k.shape[2]
     scores = plga_scores(q, k, G, scale=scale)  # [B, H, S, T]
     allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
@@ -247,6 +321,8 @@ def plga_attention_eager(
 
 def density_operator(q_rot: Tensor) -> Tensor:
     """A₀ = Q̃ᵀ Q̃ per head over *all* S rows (padding included): [B, H, S, d] → [B, H, d, d]."""
+    if not isinstance(q_rot, Tensor) or q_rot.ndim < 2 or not q_rot.is_floating_point():
+        raise ValueError(f"the rotated queries must be a floating tensor [..., S, d], got {getattr(q_rot, 'shape', q_rot)!r}")
     q = q_rot.to(chain_dtype(q_rot.dtype))
     return q.transpose(-1, -2) @ q
 
@@ -286,8 +362,17 @@ def power_stage(
     """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] and per-head [H, d, d] parameters.
 
     ``A_LM = iSwiGLU(W A + b) + 1e-9``, ``A_P = A_LM^{⊙P}``, ``G_LM = a A_P + b_a`` (left
-    matrix products). Runs in float32 or wider (see the module docstring).
+    matrix products). Runs in float32 or wider (see the module docstring): float16 / bfloat16
+    inputs are upcast, so the 1e-9 floor of ``A_LM`` never underflows to 0.
     """
+    if A.ndim < 3 or A.shape[-1] != A.shape[-2]:
+        raise ValueError(f"A must be [..., H, d, d], got {tuple(A.shape)}")
+    want = tuple(A.shape[-3:])
+    for name, x in (("W", W), ("b", b), ("P", P), ("a", a), ("b_a", b_a)):
+        if tuple(x.shape) != want:
+            raise ValueError(f"power-stage parameter {name} must be [H, d, d] = {want} like A, got {tuple(x.shape)}")
+        if not x.is_floating_point():
+            raise ValueError(f"power-stage parameter {name} must be floating point, got {x.dtype}")
     ct = chain_dtype(torch.promote_types(A.dtype, W.dtype))
     A, W, b, P, a, b_a = (x.to(ct) for x in (A, W, b, P, a, b_a))
     a_lm = iswiglu(W @ A + b) + EPSILON_ADJ  # [B, H, d, d]
@@ -346,20 +431,40 @@ def dag_loss(X: Tensor) -> Tensor:
 
     With N = X ⊙ X ≥ 0, ``log tr exp N = c + log tr exp(N − cI)`` for any constant c; c is the
     largest real eigenvalue of N (the Perron root, computed without gradient), so the matrix
-    exponential never overflows and the gradient is exact (c is a constant shift).
+    exponential never overflows for a normal N and the gradient is exact (c is a constant shift).
+
+    A strongly non-normal N (a weighted DAG: nilpotent, large entries) can still overflow
+    inside the matrix exponential although its trace is small; for those matrices the value is
+    taken from the eigenvalues in float64 (``Σ e^{λ−c}``, as the reference computes it), so
+    the loss is always finite. Its gradient there is exp(N)ᵀ/tr exp N, which genuinely exceeds
+    the dtype's range: it comes back non-finite, never silently clipped.
     """
+    if not isinstance(X, Tensor) or X.ndim < 2 or X.shape[-1] != X.shape[-2] or X.shape[-1] == 0:
+        raise ValueError(f"dag_loss needs square matrices [..., d, d] with d ≥ 1, got {getattr(X, 'shape', X)!r}")
+    if not X.is_floating_point():
+        raise ValueError(f"dag_loss needs a floating-point tensor, got {X.dtype}")
     n = X * X  # [..., d, d]
     d = n.shape[-1]
     with torch.no_grad():
-        c = torch.linalg.eigvals(n.to(torch.float64)).real.amax(dim=-1).to(n.dtype)  # [...]
+        lam = torch.linalg.eigvals(n.detach().to(torch.float64))  # [..., d]
+        c64 = lam.real.amax(dim=-1)  # [...]
+        c = c64.to(n.dtype)
     eye = torch.eye(d, dtype=n.dtype, device=n.device)
     shifted = torch.linalg.matrix_exp(n - c[..., None, None] * eye)
     tr = torch.diagonal(shifted, dim1=-2, dim2=-1).sum(-1)
-    return torch.abs(c + torch.log(tr) - math.log(d))
+    loss = torch.abs(c + torch.log(tr) - math.log(d))
+    bad = ~torch.isfinite(loss)
+    if bool(bad.any()):
+        with torch.no_grad():
+            total = torch.exp(lam - c64[..., None].to(lam.dtype)).sum(-1).real  # Σ e^{λ−c} ∈ [1, d]
+            exact = torch.abs(c64 + torch.log(total) - math.log(d)).to(loss.dtype)
+        loss = torch.where(bad, exact, loss)
+    return loss
 
 
 __all__ = [
-    "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_rope", "attention_support", "chain_dtype",
+    "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "NonFiniteError", "apply_g", "apply_rope", "attention_support",
+    "chain_dtype", "check_deductive",
     "dag_loss", "density_operator", "finite_additive_mask", "iswiglu", "layer_weights_of", "metric_learner",
     "operator_chain", "plga_attention", "plga_attention_eager", "plga_scores", "power_stage", "rope_tables",
     "swiglu",

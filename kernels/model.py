@@ -40,8 +40,9 @@ from ..reference.checkpoint import (
     read_safetensors,
 )
 from ..reference.config import PLDRConfig
+from ..reference.decoder import NonFiniteError
 from . import functional as KF
-from .sampling import sample_next
+from .sampling import check_sampling, sample_next
 
 #: Generation modes. ``constant`` is an alias of ``collapsed``.
 MODES = ("nocache", "kv", "kvg", "collapsed", "constant")
@@ -237,9 +238,54 @@ class CollapseReport:
 
 GLike = Any  # None | "identity" | "random" | tensor/array [L, H, d, d] or [L, B, H, d, d] | list
 
+_DEDUCTIVE = ("A", "A_LM", "A_P", "G_LM")
+
+
+class _FiniteGuard:
+    """Deferred finiteness flags of one forward or step: no device sync until :meth:`check`.
+
+    Deductive tensors [B, H, d, d] are flagged per (batch, head), hidden states [B, S, D] per
+    (batch, position); :meth:`check` raises :class:`NonFiniteError` for the first bad entry,
+    naming the layer and the heads (or positions), as the reference's ``check_finite`` does.
+    """
+
+    def __init__(self) -> None:
+        self.entries: list[tuple[int, str, Tensor]] = []
+
+    def add(self, layer: int, name: str, t: Tensor | None) -> None:
+        if t is None or t.ndim < 3:
+            return
+        flags = ~torch.isfinite(t.detach()).reshape(t.shape[0], t.shape[1], -1).all(-1)  # [B, H] or [B, S]
+        self.entries.append((layer, name, flags))
+
+    def check(self) -> None:
+        entries, self.entries = self.entries, []
+        if not entries:
+            return
+        any_bad = torch.stack([f.any() for _, _, f in entries])
+        if not bool(any_bad.any()):  # the one device sync
+            return
+        layer, name, flags = entries[int(any_bad.nonzero()[0, 0])]
+        idx = sorted({int(i) for i in flags.nonzero()[:, 1].tolist()})
+        if name in _DEDUCTIVE:
+            hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
+            raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {idx}{hint}")
+        raise NonFiniteError(
+            f"layer {layer}: {name} is not finite at positions {idx} (activations overflowed or the weights are not finite)"
+        )
+
 
 class PLDRModel(nn.Module):
-    """The PLDR-LLM v510 decoder (SPEC §2) with fused PLGA attention and static caches."""
+    """The PLDR-LLM v510 decoder (SPEC §2) with fused PLGA attention and static caches.
+
+    Non-finite values are never returned silently: every forward and step checks the deductive
+    tensors (A, A_LM, A_P, G_LM) and the hidden state of every layer and raises
+    :class:`~plga.reference.decoder.NonFiniteError` naming the layer and heads (one device
+    sync per call). Set ``model.check_finite = False`` to skip the check.
+    """
+
+    #: Check deductive tensors and hidden states for NaN / inf after every forward and step.
+    check_finite: bool = True
 
     def __init__(self, config: PLDRConfig, *, collapsed: bool = False) -> None:
         super().__init__()
@@ -281,10 +327,22 @@ class PLDRModel(nn.Module):
 
         A dict holding ``decoder.collapsed_G`` (and no metric-learner keys) gives a collapsed model.
         """
+        if not isinstance(params, Mapping):
+            raise TypeError(f"params must be a mapping of upstream key → array, got {type(params).__name__}")
         collapsed = COLLAPSED_KEY in params
+        arrays = {k: np.asarray(v) for k, v in params.items()}
+        not_float = sorted(f"{k}: {v.dtype}" for k, v in arrays.items() if v.dtype.kind != "f")
+        if not_float:
+            raise CheckpointError(f"weights must be floating point; got {not_float[:20]}")
+        nonfinite = sorted(k for k, v in arrays.items() if not np.all(np.isfinite(v)))
+        if nonfinite:
+            raise CheckpointError(f"weights have non-finite values (NaN or inf) in {nonfinite[:20]}")
         model = cls(config, collapsed=collapsed).to(device=device, dtype=dtype)
-        state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
-        model.load_state_dict(state, strict=True)  # copies into the (possibly wider) parameters
+        state = {k: torch.as_tensor(v) for k, v in arrays.items()}
+        try:
+            model.load_state_dict(state, strict=True)  # copies into the (possibly wider) parameters
+        except RuntimeError as exc:  # missing / unexpected / mis-shaped keys
+            raise CheckpointError(" ".join(str(exc).split())) from exc
         return model
 
     def to_reference(self) -> dict[str, np.ndarray]:
@@ -451,20 +509,37 @@ class PLDRModel(nn.Module):
                     f"G of layer {i} must be [H, d, d] or [B, H, d, d] with H={c.num_heads}, d={c.depth}; "
                     f"got {tuple(g.shape)}"
                 )
+            if not (g.is_floating_point() or g.dtype in (torch.int32, torch.int64)):
+                raise ValueError(f"G of layer {i} must be real floating point, got {g.dtype}")
+            if not bool(torch.isfinite(g).all()):
+                raise ValueError(f"G of layer {i} has non-finite entries (NaN or inf)")
             out.append(g.to(device=self.device, dtype=ct))
         return out
 
     def _check_tokens(self, tokens: Tensor, offset: int = 0) -> Tensor:
+        """Token ids [B, S] as int64 on the model device, or a clear ValueError / TypeError.
+
+        Refused: a rank other than 2, an empty batch or sequence, non-integer dtypes (float,
+        bool, complex), ids outside [0, vocab), and sequences longer than ``max_seq_len``.
+        """
         if not isinstance(tokens, Tensor):
-            tokens = torch.as_tensor(np.asarray(tokens))
+            arr = np.asarray(tokens)
+            if arr.dtype == object:
+                raise TypeError("token ids must be an integer array, got an object array (ragged rows or non-numbers?)")
+            if arr.dtype.kind not in "iu":
+                raise TypeError(f"token ids must be integers, got {arr.dtype}")
+            tokens = torch.as_tensor(arr)
         if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise ValueError(f"token ids must have non-empty shape [batch, seq], got {tuple(tokens.shape)}")
-        if tokens.dtype.is_floating_point or tokens.dtype == torch.bool:
+        if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
             raise TypeError(f"token ids must be integers, got {tokens.dtype}")
         if offset + tokens.shape[1] > self.config.max_seq_len:
             raise ValueError(
                 f"sequence length {offset + tokens.shape[1]} exceeds the context max_seq_len={self.config.max_seq_len}"
             )
+        lo, hi = int(tokens.min()), int(tokens.max())  # one device sync: an id ≥ vocab is a device assert on CUDA
+        if lo < 0 or hi >= self.config.input_vocab_size:
+            raise ValueError(f"token ids must lie in [0, {self.config.input_vocab_size}), got range [{lo}, {hi}]")
         return tokens.to(device=self.device, dtype=torch.long)
 
     def _default_G(self, G: GLike, batch: int) -> list[Tensor] | None:
@@ -486,6 +561,7 @@ class PLDRModel(nn.Module):
         step_mode: str | None,
         want: bool,
         backend: str,
+        guard: _FiniteGuard | None = None,
     ) -> tuple[Tensor, dict[str, Tensor] | None]:
         """One post-LN layer. ``step_mode`` None: a full pass (which fills ``cache`` if given);
         "kv"/"kvg"/"constant": a cached step appending to ``cache``."""
@@ -512,6 +588,9 @@ class PLDRModel(nn.Module):
             A, a_lm, g = lc.A, lc.A_LM, lc.G_LM
         else:
             raise ValueError(f"unknown cached mode {step_mode!r}")
+        if guard is not None and g_const is None and step_mode in (None, "kv"):
+            for name, t in zip(_DEDUCTIVE, (A, a_lm, a_p, g), strict=True):
+                guard.add(i, name, t)
         if lc is not None and cache is not None:
             t0 = cache.length
             lc.k[:, :, t0 : t0 + s].copy_(k)
@@ -539,6 +618,8 @@ class PLDRModel(nn.Module):
         attn = mha.dense(out.transpose(1, 2).reshape(b, s, self.config.d_model))  # [B, S, D]
         h1 = layer.layernorm1(attn + h)
         h2 = layer.layernorm2(layer.ffn(h1) + h1)
+        if guard is not None:
+            guard.add(i, "the hidden state", h2)
         ded = None
         if want:
             ded = {"G_LM": g.expand(b, *g.shape[-3:]) if g.ndim == 3 else g}
@@ -564,7 +645,14 @@ class PLDRModel(nn.Module):
             if logits == "last":
                 return self.final_layer(h[:, -1])
             raise ValueError(f"logits must be 'all', 'last', an index tensor or None; got {logits!r}")
-        idx = torch.as_tensor(logits, device=h.device, dtype=torch.long)
+        idx = torch.as_tensor(logits, device=h.device)
+        if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
+            raise TypeError(f"logits index must hold integer positions, got {idx.dtype}")
+        idx = idx.long()
+        if idx.numel() and (int(idx.min()) < -h.shape[1] or int(idx.max()) >= h.shape[1]):
+            raise ValueError(f"logits index out of range for sequence length {h.shape[1]}")
+        if idx.ndim == 2 and idx.numel() and int(idx.min()) < 0:
+            raise ValueError("a [B, n] logits index must hold non-negative positions")
         if idx.ndim == 1:
             return self.final_layer(h[:, idx])
         if idx.ndim == 2 and idx.shape[0] == h.shape[0]:
@@ -608,18 +696,27 @@ class PLDRModel(nn.Module):
         gs = self._default_G(G, b)
         if gs is None and self.collapsed:
             raise RuntimeError("a collapsed model needs a constant G")
-        mask, is_causal = self._full_mask(tokens)
         if cache is not None:
+            self._check_cache(cache, b)
             if cache.length != 0:
                 raise ValueError("forward fills an empty cache; use step() to extend a filled one")
+            if tokens.shape[1] > cache.capacity:
+                raise ValueError(f"the prompt ({tokens.shape[1]} tokens) exceeds the cache capacity {cache.capacity}")
+        if backend not in ("sdpa", "eager"):
+            raise ValueError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
+        mask, is_causal = self._full_mask(tokens)
+        if cache is not None:
             cache.key_padding = None if mask is None else _pad_mask(tokens == 0, cache.capacity)
+        guard = _FiniteGuard() if self.check_finite else None
         h = self._embed(tokens)
         ded_all: list[dict[str, Tensor]] = []
         for i in range(self.config.num_layers):
             g = None if gs is None else gs[i]
-            h, ded = self._layer(i, h, 0, g, mask, is_causal, cache, None, deductive, backend)
+            h, ded = self._layer(i, h, 0, g, mask, is_causal, cache, None, deductive, backend, guard)
             if ded is not None:
                 ded_all.append(ded)
+        if guard is not None:
+            guard.check()
         if cache is not None:
             cache.length = tokens.shape[1]
         return ModelOutput(logits=self._project(h, logits), hidden=h, deductive=ded_all if deductive else None)
@@ -649,6 +746,7 @@ class PLDRModel(nn.Module):
         logits: Any = "last",
         backend: str = "sdpa",
         _gs: list[Tensor] | None = None,
+        _trusted: bool = False,
     ) -> Tensor | None:
         """A cached decoding step: new ids [B, S_new] at positions ``cache.length…`` → logits.
 
@@ -657,6 +755,15 @@ class PLDRModel(nn.Module):
         attend to every cached key except the prompt's padding keys (generated keys are never
         masked), causally among themselves.
         """
+        if not isinstance(cache, DecodeCache):
+            raise TypeError(f"cache must be a DecodeCache from new_cache(), got {type(cache).__name__}")
+        if not _trusted:  # a user call: validate (generate's own steps feed sampled, in-range ids)
+            tokens = self._check_tokens(tokens, cache.length)
+            self._check_cache(cache, tokens.shape[0])
+            if cache.length == 0:
+                raise ValueError("step() extends a filled cache: run forward(prompt, cache=cache) first")
+        if backend not in ("sdpa", "eager"):
+            raise ValueError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
         b, s = tokens.shape
         if cache.length + s > cache.capacity:
             raise ValueError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + {s})")
@@ -673,12 +780,26 @@ class PLDRModel(nn.Module):
         if s > 1:
             causal = torch.ones(s, t, dtype=torch.bool, device=self.device).tril(t - s)[None, None]
             mask = causal if mask is None else mask & causal
+        if step_mode == "kv" and cache.layers[0].A is None:
+            raise ValueError("mode 'kv' needs the prompt's A in the cache (it was filled under a constant G)")
+        guard = _FiniteGuard() if self.check_finite else None
         h = self._embed(tokens)
         for i in range(self.config.num_layers):
             g = None if gs is None else gs[i]
-            h, _ = self._layer(i, h, cache.length, g, mask, False, cache, step_mode, False, backend)
+            h, _ = self._layer(i, h, cache.length, g, mask, False, cache, step_mode, False, backend, guard)
+        if guard is not None:
+            guard.check()
         cache.length = t
         return self._project(h, logits)
+
+    def _check_cache(self, cache: DecodeCache, batch: int) -> None:
+        if not isinstance(cache, DecodeCache):
+            raise TypeError(f"cache must be a DecodeCache from new_cache(), got {type(cache).__name__}")
+        if len(cache.layers) != self.config.num_layers:
+            raise ValueError(f"the cache has {len(cache.layers)} layers, the model {self.config.num_layers}")
+        have = cache.layers[0].k.shape[0]
+        if have != batch:
+            raise ValueError(f"the tokens have batch {batch} but the cache was made for batch {have}")
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -753,8 +874,13 @@ class PLDRModel(nn.Module):
         """
         if mode not in MODES:
             raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
+        if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+            raise TypeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
         if max_new_tokens < 0:
             raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
+        check_sampling(temperature, top_k, top_p)
+        if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer))):
+            raise TypeError(f"seed must be an integer, got {seed!r}")
         tokens = self._check_tokens(prompt)
         b, s = tokens.shape
         if s + max_new_tokens > self.config.max_seq_len:
@@ -788,7 +914,7 @@ class PLDRModel(nn.Module):
                 nxt = sample_next(logits, generator, temperature, top_k, top_p)
                 out_tokens[:, s + n] = nxt
                 if n + 1 < max_new_tokens:
-                    logits = self.step(nxt[:, None], cache, cached, _gs=gs)
+                    logits = self.step(nxt[:, None], cache, cached, _gs=gs, _trusted=True)
         step_logits = None
         if return_step_logits:
             v = self.config.input_vocab_size

@@ -9,13 +9,34 @@ and one token is drawn with a seeded ``torch.Generator``.
 
 from __future__ import annotations
 
+import math
+
+import numpy as np
 import torch
 from torch import Tensor
 
+from ..reference.decoder import NonFiniteError
 
-def _check(temperature: float, top_k: int, top_p: float) -> None:
-    if temperature < 0 or not (0 < top_p <= 1) or top_k < 0:
-        raise ValueError(f"need temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
+
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """Finite temperature ≥ 0, integer top_k ≥ 0, 0 < top_p ≤ 1 (NaN and inf are refused)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+        raise TypeError(f"top_k must be an integer, got {top_k!r}")
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number, got {value!r}")
+    if not (math.isfinite(temperature) and temperature >= 0) or not (0 < top_p <= 1) or top_k < 0:
+        raise ValueError(f"need finite temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
+
+
+_check = check_sampling
+
+
+def _check_logits(logits: Tensor) -> None:
+    if not isinstance(logits, Tensor) or logits.ndim != 2 or logits.shape[-1] == 0:
+        raise ValueError(f"logits must be a tensor [batch, vocab], got {getattr(logits, 'shape', type(logits).__name__)}")
+    if not bool(torch.isfinite(logits).all()):
+        raise NonFiniteError("next-token logits are not finite (NaN or inf)")
 
 
 def sampling_distribution(
@@ -29,6 +50,7 @@ def sampling_distribution(
     _check(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("sampling_distribution needs temperature > 0 (temperature 0 is greedy)")
+    _check_logits(logits)
     x = logits.to(torch.float64) / temperature  # [B, V]
     vals, ids = torch.sort(x, dim=-1, descending=True, stable=True)  # ties: lower id first
     v = x.shape[-1]
@@ -55,7 +77,7 @@ def sample_next(
     """Next token ids [B] (int64) from last-position logits [B, V]."""
     _check(temperature, top_k, top_p)
     if temperature == 0:
-        return torch.argmax(logits, dim=-1)
+        return torch.argmax(logits, dim=-1)  # the model already refused non-finite activations
     if generator is None:
         raise ValueError("sampling with temperature > 0 needs a seeded torch.Generator")
     probs, ids = sampling_distribution(logits, temperature, top_k, top_p)
@@ -63,4 +85,4 @@ def sample_next(
     return ids.gather(-1, rank)[:, 0]
 
 
-__all__ = ["sample_next", "sampling_distribution"]
+__all__ = ["check_sampling", "sample_next", "sampling_distribution"]

@@ -9,6 +9,7 @@ need no torch at all.
 from __future__ import annotations
 
 import json
+import pickle
 import zipfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -68,16 +69,43 @@ def expected_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
     return shapes
 
 
+#: At most this many keys are named per kind of problem; the rest are counted.
+MAX_KEYS_NAMED = 20
+
+
+def _named(keys: list[str]) -> str:
+    """``keys`` as a list literal, cut to :data:`MAX_KEYS_NAMED` entries with the rest counted."""
+    if len(keys) <= MAX_KEYS_NAMED:
+        return str(keys)
+    return f"{keys[:MAX_KEYS_NAMED]} and {len(keys) - MAX_KEYS_NAMED} more"
+
+
+def expected_count(config: PLDRConfig) -> int:
+    """The number of state-dict keys of a v510 decoder with ``config`` (without building them)."""
+    c = config
+    per_unit = 6 * c.num_denseA + 2
+    per_layer = 8 + 5 + c.num_reslayerA * per_unit + 2 + 6 + 4
+    return 1 + c.num_layers * per_layer + 2 + 2
+
+
 def validate_state_dict(
     state: Mapping[str, Array], config: PLDRConfig, source: str = "state dict"
 ) -> dict[str, Array]:
-    """Check keys, shapes and finiteness; return the state without optional buffers.
+    """Check keys, shapes, dtypes and finiteness; return the state without optional buffers.
 
-    Raises :class:`CheckpointError` listing every missing, unexpected, mis-shaped and
-    non-finite key at once.
+    Raises :class:`CheckpointError` listing every missing, unexpected, mis-shaped,
+    non-floating and non-finite key at once (long lists are cut, the rest counted). A
+    configuration that implies far more tensors than the file holds is refused before the
+    expected keys are enumerated, so a hostile ``num_layers`` cannot exhaust memory.
     """
-    want = expected_shapes(config)
     have = {k: v for k, v in state.items() if k not in OPTIONAL_BUFFERS}
+    n_want = expected_count(config)
+    if n_want > 2 * len(have) + 1000:
+        raise CheckpointError(
+            f"{source} does not match the configuration {config}: it implies {n_want} tensors, "
+            f"the file holds {len(have)}"
+        )
+    want = expected_shapes(config)
     missing = sorted(set(want) - set(have))
     unexpected = sorted(set(have) - set(want))
     misshaped = sorted(
@@ -87,16 +115,19 @@ def validate_state_dict(
     )
     problems = []
     if missing:
-        problems.append(f"missing keys {missing}")
+        problems.append(f"missing keys {_named(missing)}")
     if unexpected:
-        problems.append(f"unexpected keys {unexpected}")
+        problems.append(f"unexpected keys {_named(unexpected)}")
     if misshaped:
-        problems.append(f"mis-shaped tensors {misshaped}")
+        problems.append(f"mis-shaped tensors {_named(misshaped)}")
     if problems:
         raise CheckpointError(f"{source} does not match the configuration {config}: " + "; ".join(problems))
+    not_float = sorted(f"{k}: {np.asarray(v).dtype}" for k, v in have.items() if np.asarray(v).dtype.kind != "f")
+    if not_float:
+        raise CheckpointError(f"{source} has tensors that are not floating point (weights must be float): {_named(not_float)}")
     nonfinite = sorted(k for k, v in have.items() if not np.all(np.isfinite(v)))
     if nonfinite:
-        raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {nonfinite}")
+        raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {_named(nonfinite)}")
     return dict(have)
 
 
@@ -132,9 +163,10 @@ def read_pth(path: Path) -> dict[str, Array]:
             "Convert such a file only on a trusted machine with torch, e.g. "
             "torch.load(p, map_location='cpu', weights_only=False) then safetensors.torch.save_file"
         )
+    _check_zip_members(path)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
-    except Exception as exc:  # torch raises UnpicklingError, RuntimeError, EOFError, ...
+    except pickle.UnpicklingError as exc:  # weights_only refused a global: never executed
         text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
         raise CheckpointError(
             f"{path} could not be loaded safely (weights_only=True): {text}. "
@@ -143,11 +175,33 @@ def read_pth(path: Path) -> dict[str, Array]:
             "with torch on a trusted machine, e.g. torch.load(p, map_location='cpu') then "
             "safetensors.torch.save_file({...}, out)."
         ) from exc
+    except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError, ... on corrupt archives
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise CheckpointError(
+            f"{path} could not be loaded safely (weights_only=True): the archive is corrupt or not a "
+            f"torch checkpoint: {text}"
+        ) from exc
     if isinstance(obj, Mapping) and "model_state_dict" in obj:
         obj = obj["model_state_dict"]
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a state dict")
     return {str(k): _to_numpy(v, str(k), str(path)) for k, v in obj.items()}
+
+
+def _check_zip_members(path: Path) -> None:
+    """Verify the CRC-32 of every member of a torch zip archive before loading it.
+
+    ``torch.load`` does not check the checksums the archive carries, so a bit flip in a tensor
+    would load as silently wrong weights; this reads every member once and compares.
+    """
+    try:
+        with zipfile.ZipFile(path) as archive:
+            bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise CheckpointError(f"{path} is a corrupt zip archive: {text}") from exc
+    if bad is not None:
+        raise CheckpointError(f"{path} is corrupt: archive member {bad!r} fails its CRC-32 check")
 
 
 def read_safetensors(path: Path) -> dict[str, Array]:
@@ -192,7 +246,11 @@ def load_checkpoint(
     else:
         state = read_pth(path)
     if config is None and config_path is not None and config_path.exists() and path.suffix == ".safetensors":
-        config = PLDRConfig.from_json(config_path)
+        try:
+            config = PLDRConfig.from_json(config_path)
+        except (ValueError, TypeError) as exc:
+            text = " ".join(str(exc).split())
+            raise CheckpointError(text if str(config_path) in text else f"config {config_path}: {text}") from exc
     if config is None:
         try:
             config = infer_config({k: tuple(v.shape) for k, v in state.items()}, max_seq_len)

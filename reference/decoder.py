@@ -10,6 +10,7 @@ operator sums over every query row (padding and future rows included).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -81,6 +82,7 @@ def embed(params: Mapping[str, Array], config: PLDRConfig, tokens: Array) -> Arr
     """h = LN(Emb[x] · √d_model), √ taken in float32 as upstream → [B, S, D]."""
     emb = params["decoder.embedding.weight"][tokens]  # [B, S, D]
     scaled = emb * scalar(float32_sqrt(config.d_model), emb)
+    check_activation("the scaled embedding", scaled, 0)  # before the LayerNorm, which maps inf/NaN rows to β
     return _ln(scaled, params, "decoder.layernorm1")
 
 
@@ -101,6 +103,7 @@ def generator(params: Mapping[str, Array], config: PLDRConfig, layer: int, q_rot
     """A = Φ_res(LN(Q̃ᵀQ̃)) per head from the rotated queries q_rot [B, H, S, d] → [B, H, d, d]."""
     p = f"decoder.dec_layers.{layer}.mha1."
     density = spec.density_operator(q_rot)  # [B, H, d, d]
+    check_finite("the density operator", density, layer)  # LayerNorm would map inf/NaN rows to β
     return spec.metric_learner(
         density, params[p + "layernorm1.weight"], params[p + "layernorm1.bias"],
         metric_learner_units(params, config, layer),
@@ -120,6 +123,37 @@ def check_finite(name: str, tensor: Array, layer: int) -> None:
         heads = sorted({int(h) for h in np.argwhere(bad)[:, 1]}) if tensor.ndim >= 2 else []
         hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
         raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {heads}{hint}")
+
+
+def check_activation(name: str, x: Array, layer: int | None) -> None:
+    """Raise :class:`NonFiniteError` naming ``layer`` and the positions where ``x`` [B, S, …] is not finite."""
+    if is_mp(x):
+        return
+    bad = ~np.isfinite(x)
+    if bad.any():
+        positions = sorted({int(p) for p in np.argwhere(bad)[:, 1]}) if x.ndim >= 2 else []
+        where = "the final layer" if layer is None else f"layer {layer}"
+        raise NonFiniteError(
+            f"{where}: {name} is not finite at positions {positions} (activations overflowed or the weights are not finite)"
+        )
+
+
+def backend_params(params: Mapping[str, Array]) -> Mapping[str, Array]:
+    """``params`` with every float16 / float32 array upcast to float64 (the reference never computes
+    in low precision: ``A_LM``'s 1e-9 floor would underflow in float16). float64 and mpmath
+    (object) arrays and non-floating entries (buffers) pass unchanged.
+    """
+    if not isinstance(params, Mapping):
+        raise TypeError(f"params must be a mapping of upstream key → array, got {type(params).__name__}")
+    out: dict[str, Array] | None = None
+    for key, value in params.items():
+        arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+        if arr.dtype.kind != "f" or arr.dtype == np.float64:
+            continue
+        if out is None:
+            out = dict(params)
+        out[key] = arr.astype(np.float64)
+    return params if out is None else out
 
 
 def power_stage(params: Mapping[str, Array], layer: int, a: Array) -> tuple[Array, Array, Array]:
@@ -158,11 +192,13 @@ def attention_support(tokens: Array) -> Array:
 
 def _check_tokens(tokens: Array, config: PLDRConfig, offset: int = 0) -> Array:
     tokens = np.asarray(tokens)
+    if tokens.dtype == object:
+        raise TypeError("token ids must be an integer array, got an object array (ragged rows or non-numbers?)")
     if tokens.ndim != 2:
         raise ValueError(f"token ids must have shape [batch, seq], got {tokens.shape}")
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
         raise ValueError(f"token ids must be non-empty, got shape {tokens.shape}")
-    if tokens.dtype.kind not in "iu":
+    if tokens.dtype.kind not in "iu":  # bool, float, complex, str: never token ids
         raise TypeError(f"token ids must be integers, got dtype {tokens.dtype}")
     if tokens.min() < 0 or tokens.max() >= config.input_vocab_size:
         raise ValueError(
@@ -185,6 +221,12 @@ def _check_constant_g(g: Sequence[Array] | None, config: PLDRConfig) -> None:
     for i, gi in enumerate(g):
         if tuple(np.shape(gi))[-3:] != want:
             raise ValueError(f"constant G of layer {i} must end in shape {want}, got {np.shape(gi)}")
+        if not is_mp(gi):
+            arr = np.asarray(gi)
+            if arr.dtype.kind != "f":
+                raise TypeError(f"constant G of layer {i} must be floating point, got dtype {arr.dtype}")
+            if not np.all(np.isfinite(arr)):
+                raise ValueError(f"constant G of layer {i} has non-finite entries (NaN or inf)")
 
 
 def decoder_layer(
@@ -243,8 +285,13 @@ def decoder_layer(
     deductive["scores"] = scores
     weights = spec.finite_mask_softmax(scores, support[:, None, :, :], spec.MASK_FILL)  # [B, H, S, T]
     attn = _linear(_merge(weights @ v), params, p + "mha1.dense")  # [B, S, D]
+    # spec.layer_norm follows Lean (√ of a non-positive radicand is 0, x/0 = 0): it would map a
+    # row holding inf/NaN to β silently, so the inputs of both LayerNorms are checked first.
+    check_activation("the attention output", attn + h, layer)
     h1 = _ln(attn + h, params, p + "layernorm1")
-    out = _ln(_glu(h1, params, p + "ffn.") + h1, params, p + "layernorm2")
+    ffn = _glu(h1, params, p + "ffn.") + h1
+    check_activation("the feed-forward output", ffn, layer)
+    out = _ln(ffn, params, p + "layernorm2")
     new_cache = LayerCache(k=k, v=v, A=a, A_LM=a_lm, G_LM=g_lm, key_allowed=key_allowed)
     return out, deductive, new_cache
 
@@ -263,16 +310,20 @@ def forward(
     """
     tokens = _check_tokens(tokens, config)
     _check_constant_g(constant_g, config)
+    params = backend_params(params)
     support = attention_support(tokens)  # [B, S, S]
     positions = np.arange(tokens.shape[1])
     h = embed(params, config, tokens)
+    check_activation("the embedding output", h, 0)
     deductive, caches = [], []
     for i in range(config.num_layers):
         g = None if constant_g is None else constant_g[i]
         h, ded, cache = decoder_layer(params, config, i, h, positions, support, constant_g=g)
+        check_activation("the hidden state", h, i)
         deductive.append(ded)
         caches.append(cache)
     logits = _linear(h, params, "final_layer")  # [B, S, V]
+    check_activation("the logits", logits, None)
     return ForwardResult(logits=logits, hidden=h, deductive=deductive, caches=caches)
 
 
@@ -285,16 +336,38 @@ def step(
     constant_g: Sequence[Array] | None = None,
 ) -> tuple[Array, list[LayerCache]]:
     """A cached decoding step: new token ids [B, S_new] at positions after the cache → logits."""
+    if mode not in ("kv", "kvg"):
+        raise ValueError(f"cached steps need mode 'kv' or 'kvg', got {mode!r}")
+    if len(caches) != config.num_layers or not all(isinstance(c, LayerCache) for c in caches):
+        raise ValueError(f"caches must be {config.num_layers} LayerCache objects (from forward), got {len(caches)}")
     offset = caches[0].k.shape[2]
     tokens = _check_tokens(tokens, config, offset)
+    if tokens.shape[0] != caches[0].k.shape[0]:
+        raise ValueError(f"step has batch {tokens.shape[0]} but the cache holds batch {caches[0].k.shape[0]}")
+    _check_constant_g(constant_g, config)
+    params = backend_params(params)
     positions = np.arange(offset, offset + tokens.shape[1])
     h = embed(params, config, tokens)
     new_caches = []
     for i in range(config.num_layers):
         g = None if constant_g is None else constant_g[i]
         h, _, cache = decoder_layer(params, config, i, h, positions, None, caches[i], mode, g)
+        check_activation("the hidden state", h, i)
         new_caches.append(cache)
-    return _linear(h, params, "final_layer"), new_caches
+    logits = _linear(h, params, "final_layer")
+    check_activation("the logits", logits, None)
+    return logits, new_caches
+
+
+def _check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+    """Finite temperature ≥ 0, integer top_k ≥ 0, 0 < top_p ≤ 1 (NaN and inf are refused)."""
+    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
+        raise TypeError(f"top_k must be an integer, got {top_k!r}")
+    for name, value in (("temperature", temperature), ("top_p", top_p)):
+        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
+            raise TypeError(f"{name} must be a number, got {value!r}")
+    if not (math.isfinite(temperature) and temperature >= 0) or not (0 < top_p <= 1) or top_k < 0:
+        raise ValueError(f"need finite temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
 
 
 def sample_next(
@@ -312,8 +385,11 @@ def sample_next(
     wider than the published loop's cut), then one token is drawn with ``rng``.
     """
     logits = as_float64(logits)
-    if temperature < 0 or not (0 < top_p <= 1) or top_k < 0:
-        raise ValueError(f"need temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
+    _check_sampling(temperature, top_k, top_p)
+    if logits.ndim != 2 or logits.shape[1] == 0:
+        raise ValueError(f"logits must have shape [batch, vocab], got {logits.shape}")
+    if not np.all(np.isfinite(logits)):
+        raise NonFiniteError("next-token logits are not finite (NaN or inf)")
     if temperature == 0:
         return np.argmax(logits, axis=-1)
     if rng is None:
@@ -354,8 +430,14 @@ def generate(
         raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
     if mode == "constant" and constant_g is None:
         raise ValueError("mode 'constant' needs constant_g (one operator per layer)")
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise TypeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
+    _check_sampling(temperature, top_k, top_p)
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
+        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    _check_constant_g(constant_g, config)
     tokens = _check_tokens(prompt, config)
     if tokens.shape[1] + max_new_tokens > config.max_seq_len:
         raise ValueError(
@@ -386,7 +468,7 @@ def generate(
 
 
 __all__ = [
-    "MODES", "DEFAULT_DPS", "ForwardResult", "NonFiniteError", "check_finite", "GenerationResult", "LayerCache", "attention_support",
+    "MODES", "DEFAULT_DPS", "ForwardResult", "NonFiniteError", "backend_params", "check_activation", "check_finite", "GenerationResult", "LayerCache", "attention_support",
     "decoder_layer", "embed", "forward", "generate", "generator", "is_mp", "metric_learner_units",
     "power_stage", "sample_next", "step", "to_backend",
 ]
