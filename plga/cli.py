@@ -78,6 +78,8 @@ def sdpa_reduction(seed: int = 0, dps: int = 50) -> tuple[list[tuple[str, str, s
 
     if not 16 <= dps <= 1000:
         raise UsageError(f"--dps must lie in [16, 1000], got {dps}")
+    if seed < 0:
+        raise UsageError(f"--seed must be ≥ 0, got {seed}")
     rng = np.random.default_rng(seed)
     rows = []
     for s, t, d in [(1, 1, 2), (5, 7, 4), (16, 16, 8), (33, 40, 16), (64, 64, 64)]:
@@ -143,7 +145,25 @@ def _torch_model(params: dict[str, np.ndarray], config: Any, args: argparse.Name
     except ImportError as exc:
         raise UsageError(f"--backend torch needs the torch extra (pip install 'plga[torch]'): {exc}") from None
     dtype = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    return PLDRModel.from_reference(params, config, dtype=dtype, device=args.device)
+    return PLDRModel.from_reference(params, config, dtype=dtype, device=torch_device(args.device))
+
+
+def torch_device(name: str) -> Any:
+    """A validated ``torch.device``; CUDA is queried here, lazily, only when asked for."""
+    import torch
+
+    try:
+        device = torch.device(name)
+    except RuntimeError as exc:
+        raise UsageError(f"--device {name!r} is not a torch device: {exc}") from None
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise UsageError(f"--device {name!r}: CUDA is not available in this torch build or machine")
+        if device.index is not None and device.index >= torch.cuda.device_count():
+            raise UsageError(f"--device {name!r}: only {torch.cuda.device_count()} CUDA device(s) present")
+    elif device.type != "cpu":
+        raise UsageError(f"--device {name!r}: only cpu and cuda devices are supported")
+    return device
 
 
 def _torch_forward(params: dict[str, np.ndarray], config: Any, tokens: np.ndarray, args: argparse.Namespace) -> dict[str, np.ndarray]:
@@ -219,8 +239,12 @@ def cmd_theorems(args: argparse.Namespace) -> int:
         return 0
     if args.max_examples < 1 or not 16 <= args.dps <= 1000:
         raise UsageError("--max-examples must be ≥ 1 and --dps in [16, 1000]")
+    if args.formal_dir is not None and not (Path(args.formal_dir) / "Plga").is_dir():
+        raise UsageError(f"--formal-dir {args.formal_dir} holds no Plga/ folder of Lean files")
     results = run_all(max_examples=args.max_examples, dps=args.dps, root=args.formal_dir,
                       symbolic=not args.no_symbolic, names=args.names or None)
+    if not results:
+        raise UsageError("no theorem was found to check: refusing a vacuous success")
     if args.names and len(results) != len(set(args.names)):
         known = {r.name for r in results}
         raise UsageError(f"unknown theorem(s): {sorted(set(args.names) - known)}")

@@ -111,7 +111,7 @@ class PLDRConfig:
         """From a JSON file: an upstream dict, a ``{"config": {...}}`` wrapper, or an HF config."""
         try:
             data = json.loads(Path(path).read_text())
-        except (OSError, json.JSONDecodeError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError covers JSONDecodeError and UnicodeDecodeError
             raise ValueError(f"cannot read config {path}: {exc}") from exc
         if not isinstance(data, dict):
             raise ValueError(f"config {path} must hold a JSON object")

@@ -132,12 +132,12 @@ def layer_norm(r: Any, gamma: Any, beta: Any, eps: float = LAYER_NORM_EPS) -> An
     """Lean ``layerNorm``: γ ⊙ (r − mean r) / √(var r + ε) + β over the last axis (Lem. 5.11).
 
     As in Lean, √ of a negative number is 0 and x/0 = 0: a zero or negative var + ε (only
-    possible at ε ≤ 0) gives β.
+    possible at ε ≤ 0) gives β. Non-finite rows stay non-finite (never silently β).
     """
     c = r - row_mean(r)  # [..., d]
     radicand = row_var(r) + scalar(eps, r)  # [..., 1]
     zero = scalar(0.0, r)
-    denom = sqrt(np.where(radicand > 0, radicand, zero))  # [..., 1]
+    denom = sqrt(np.where(radicand < 0, zero, radicand))  # [..., 1]; NaN stays NaN
     safe = np.where(denom == 0, scalar(1.0, r), denom)
     normed = np.where(denom == 0, zero, c / safe)
     return normed * gamma + beta

@@ -136,14 +136,17 @@ def read_prompt_file(path: str | Path) -> tuple[list[list[int]] | None, list[str
     if path.suffix == ".json":
         try:
             data = json.loads(path.read_text())
-        except json.JSONDecodeError as exc:
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise ValueError(f"{path} is not valid JSON: {exc}") from exc
         if isinstance(data, list) and data and all(isinstance(x, str) for x in data):
             return None, list(data)
         if not (isinstance(data, list) and data and all(isinstance(r, list) and r and all(isinstance(t, int) and not isinstance(t, bool) for t in r) for r in data)):
             raise ValueError(f"{path}: expected a non-empty JSON list of non-empty lists of token ids (or of strings)")
         return [list(r) for r in data], None
-    texts = [line for line in path.read_text().splitlines() if line.strip()]
+    try:
+        texts = [line for line in path.read_text().splitlines() if line.strip()]
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"prompt file {path} is not UTF-8 text: {exc}") from exc
     if not texts:
         raise ValueError(f"prompt file {path} holds no prompts")
     return None, texts

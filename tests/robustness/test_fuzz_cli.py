@@ -349,11 +349,22 @@ def test_directed_errors_are_one_line(argv):
     assert code != 0, f"plga {argv!r} succeeded on a bad input"
 
 
-@pytest.mark.xfail(strict=True, reason="known defect in plga/cli.py: --device is not validated; torch's "
-                   "RuntimeError / AssertionError escapes main() as a traceback (see docs/robustness.md)")
 @pytest.mark.parametrize("device", ["nonsense", "cuda:99"])
 def test_bad_torch_device_is_one_line(device):
     pytest.importorskip("torch")
     argv = ["forward", POOL["tiny"], "--tokens", POOL["tokens.json"], "--out", "o.npz", "--backend", "torch",
             "--device", device]
     check_contract(argv)
+
+
+def test_theorems_refuses_a_vacuous_success(tmp_path):
+    assert check_contract(["theorems", "--formal-dir", str(tmp_path)]) == 2
+    (tmp_path / "Plga").mkdir()
+    assert check_contract(["theorems", "--formal-dir", str(tmp_path)]) == 2
+
+
+def test_undecodable_config_names_the_file(tmp_path):
+    junk = tmp_path / "junk.json"
+    junk.write_bytes(b"\xff\xfe\x00garbage")
+    argv = ["forward", POOL["tiny"], "--tokens", POOL["tokens.json"], "--out", str(tmp_path / "o.npz"), "--config", str(junk)]
+    assert check_contract(argv) == 2
