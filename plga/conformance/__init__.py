@@ -1,0 +1,54 @@
+"""The PLGA conformance suite: one suite, any implementation (docs/conformance.md).
+
+Entry points::
+
+    plga conformance --impl package.module:object      # or PLGA_IMPL=..., or --plga-impl
+    python -m pytest --pyargs plga.conformance.suite
+    plga.conformance.check_kernel(fn, expected_failures=None) -> ConformanceReport
+    @plga.conformance.parametrize_with_checks([fn, ...])
+
+The adapter protocol is :mod:`plga.conformance.adapter`; the tolerance policy
+:mod:`plga.conformance.tolerance`; deliberately wrong kernels :mod:`plga.conformance.broken`;
+vectors for non-Python implementations :mod:`plga.conformance.vectors`.
+
+This package imports nothing heavy at import time (the pytest plugin lives under it and is
+loaded in every pytest run of the environment); the names below load on first use.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_LAZY = {
+    "check_kernel": "runner",
+    "parametrize_with_checks": "runner",
+    "quick_summary": "runner",
+    "ConformanceReport": "runner",
+    "CheckResult": "runner",
+    "Adapter": "adapter",
+    "CallableAdapter": "adapter",
+    "ForwardOutput": "adapter",
+    "GenerateOutput": "adapter",
+    "SkipCheck": "adapter",
+    "NotProvided": "adapter",
+    "CAPABILITIES": "adapter",
+    "as_adapter": "adapter",
+    "resolve_impl": "adapter",
+    "CHECKS": "checks",
+    "assert_conforms": "tolerance",
+    "ConformanceFailure": "tolerance",
+    "write_vectors": "vectors",
+}
+
+__all__ = sorted(_LAZY)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(f".{_LAZY[name]}", __name__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

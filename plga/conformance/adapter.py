@@ -1,0 +1,259 @@
+"""The adapter protocol: how an implementation is plugged into the conformance suite.
+
+An *adapter* tells the suite which operations an implementation provides and how to call
+them. It is an instance of :class:`Adapter` (or anything with the same attributes). The
+operations, all on torch tensors, are
+
+``attention(q, k, v, G, *, causal, key_padding_mask, scale, finite_mask=False) -> out``
+    PLGA attention given G. q [B,H,S,d], k [B,H,T,d], v [B,H,T,dv]; G [H,d,d], [B,H,d,d] or
+    None (identity); ``key_padding_mask`` [B,T] bool, True = padding; ``scale`` a float or
+    None (1/√d); ``causal`` bottom-right aligned (query i sees keys j ≤ i + T − S).
+    Returns [B,H,S,dv] in q's dtype.
+``operator_chain(q_rot, layer_weights) -> (A, A_LM, A_P, G_LM)``
+    From rotated queries q_rot [B,H,S,d] and a dict with keys ``ln_weight, ln_bias, units,
+    W, b, P, a, b_a`` (``units``: list of ``(blocks, gamma, beta)``, ``blocks``: list of
+    ``(w1, b1, w2, b2, w3, b3)`` in torch Linear layout). Each result [B,H,d,d].
+``forward(state_dict, config, tokens, *, constant_g=None) -> ForwardOutput``
+    The decoder forward from an upstream-named state dict (torch tensors) and a
+    :class:`plga.reference.config.PLDRConfig`; tokens [B,S] int64 (0 = padding).
+    ``constant_g`` (one [H,d,d] operator per layer) replaces the metric learner.
+``generate(state_dict, config, prompt, max_new_tokens, *, mode, constant_g=None) -> GenerateOutput``
+    Greedy cached decoding, ``mode`` in ``nocache | kv | kvg | collapsed``.
+
+What an adapter provides is declared, not probed: :attr:`Adapter.capabilities` is a set of
+names from :data:`CAPABILITIES`, and :attr:`Adapter.dtypes` the dtypes it computes in. A check
+that needs a capability the adapter lacks is skipped with the reason
+``"<impl> does not declare capability '<name>' (<meaning>)"``.
+
+A plain callable ``fn(q, k, v, G, *, causal, key_padding_mask, scale)`` is accepted as an
+adapter providing only attention (with causal and padding masks) in float32 and float64;
+attributes ``fn.plga_capabilities`` / ``fn.plga_dtypes`` / ``fn.plga_device`` refine that.
+
+Selection by one switch (array-api-tests' ``ARRAY_API_TESTS_MODULE``): ``PLGA_IMPL`` or
+``--plga-impl`` or ``plga conformance --impl``, with value ``package.module:object`` (the
+object an :class:`Adapter`, an Adapter class, a zero-argument factory returning an adapter,
+or an attention callable) or one of the aliases in :data:`ALIASES`.
+The default is the project's own kernels (:func:`plga.conformance.adapters.kernels`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+#: Capability name → what it means. Dtypes and devices are capabilities too.
+CAPABILITIES: dict[str, str] = {
+    "attention": "PLGA attention given G",
+    "causal": "the causal (look-ahead) mask of attention",
+    "key_padding_mask": "key padding masks in attention",
+    "finite_mask": "the published finite additive mask (finite_mask=True: −1e9 added to masked scores)",
+    "sdpa_bitwise": "attention is SDPA on Q' = Q G, so at G = I it equals torch SDPA bit for bit",
+    "backward": "autograd through attention (q, k, v, G)",
+    "operator_chain": "the operator chain from rotated queries to (A, A_LM, A_P, G_LM)",
+    "forward": "the full decoder forward from a state dict",
+    "collapsed": "the decoder forward / decoding with a constant per-layer G (metric learner bypassed)",
+    "cache_nocache": "greedy generation recomputing the full forward every step",
+    "cache_kv": "greedy generation with the KV-cache (prompt A frozen)",
+    "cache_kvg": "greedy generation with the KV- and G-cache (prompt A_LM, G_LM frozen)",
+    "cuda": "runs on a CUDA device",
+}
+
+#: Dtypes the suite knows.
+DTYPES = ("float64", "float32", "bfloat16", "float16")
+
+#: Short names accepted by the switch.
+ALIASES: dict[str, str] = {
+    "default": "plga.conformance.adapters:kernels",
+    "kernels": "plga.conformance.adapters:kernels",
+    "plga.kernels": "plga.conformance.adapters:kernels",
+    "kernels-eager": "plga.conformance.adapters:kernels_eager",
+    "reference": "plga.conformance.adapters:reference",
+    "eager": "plga.conformance.adapters:eager",
+}
+
+DEFAULT_IMPL = "default"
+
+
+class SkipCheck(Exception):
+    """Raised by a check that does not apply to the implementation (the reason is the message)."""
+
+
+class NotProvided(NotImplementedError):
+    """An operation the adapter does not provide (array-api-tests' ``_UndefinedStub``)."""
+
+
+@dataclasses.dataclass
+class ForwardOutput:
+    """What ``forward`` returns: logits [B,S,V] and, when available, G_LM per layer [B,H,d,d]."""
+
+    logits: Any
+    G_LM: Sequence[Any] | None = None
+
+
+@dataclasses.dataclass
+class GenerateOutput:
+    """What ``generate`` returns: tokens [B, S+N] (prompt + new) and step logits [B, N, V]."""
+
+    tokens: Any
+    step_logits: Any
+
+
+class Adapter:
+    """Base class of adapters. Override the operations you provide and declare them.
+
+    Attributes: ``name``, ``version``, ``device`` (``"cpu"``, ``"cuda"``), ``dtypes``,
+    ``capabilities`` and ``dtype_policy`` (one line for the report header).
+    """
+
+    name: str = "unnamed"
+    version: str = "unknown"
+    device: str = "cpu"
+    dtypes: tuple[str, ...] = ("float32",)
+    capabilities: frozenset[str] = frozenset()
+    dtype_policy: str = "computes in the input dtype"
+    #: The string that selected this adapter (set by :func:`resolve_impl`).
+    spec: str = ""
+
+    def provides(self, capability: str) -> bool:
+        return capability in self.capabilities or capability in self.dtypes
+
+    def require(self, *needed: str) -> None:
+        """Raise :class:`SkipCheck` naming the first capability the adapter does not declare."""
+        for cap in needed:
+            if not self.provides(cap):
+                meaning = CAPABILITIES.get(cap, f"computation in {cap}" if cap in DTYPES else cap)
+                raise SkipCheck(f"{self.name} does not declare capability {cap!r} ({meaning})")
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False,
+                  key_padding_mask: Any = None, scale: float | None = None, finite_mask: bool = False) -> Any:
+        raise NotProvided(f"attention is not provided by {self.name}")
+
+    def operator_chain(self, q_rot: Any, layer_weights: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+        raise NotProvided(f"operator_chain is not provided by {self.name}")
+
+    def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:
+        raise NotProvided(f"forward is not provided by {self.name}")
+
+    def generate(self, state_dict: Mapping[str, Any], config: Any, prompt: Any, max_new_tokens: int, *,
+                 mode: str, constant_g: Sequence[Any] | None = None) -> GenerateOutput:
+        raise NotProvided(f"generate is not provided by {self.name}")
+
+    def describe(self) -> dict[str, str]:
+        """The fields of the report header."""
+        return {
+            "implementation": f"{self.name} ({self.spec or type(self).__module__ + ':' + type(self).__qualname__})",
+            "version": self.version,
+            "device": self.device,
+            "dtype policy": f"{self.dtype_policy}; dtypes {', '.join(self.dtypes)}",
+            "capabilities": ", ".join(sorted(self.capabilities)) or "(none)",
+        }
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.name}>"
+
+
+class CallableAdapter(Adapter):
+    """A plain attention callable ``fn(q, k, v, G, *, causal, key_padding_mask, scale)``."""
+
+    def __init__(self, fn: Callable[..., Any], name: str | None = None) -> None:
+        self.fn = fn
+        self.name = name or getattr(fn, "plga_name", None) or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        self.version = str(getattr(fn, "plga_version", getattr(inspect.getmodule(fn), "__version__", "unknown")))
+        self.device = getattr(fn, "plga_device", "cpu")
+        self.dtypes = tuple(getattr(fn, "plga_dtypes", ("float32", "float64")))
+        caps = set(getattr(fn, "plga_capabilities", ("attention", "causal", "key_padding_mask")))
+        self._takes_finite = "finite_mask" in _kwargs_of(fn)
+        if self._takes_finite and not hasattr(fn, "plga_capabilities"):
+            caps.add("finite_mask")
+        self.capabilities = frozenset(caps | {"attention"})
+        self.dtype_policy = getattr(fn, "plga_dtype_policy", "plain callable: assumed to compute in the input dtype")
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False,
+                  key_padding_mask: Any = None, scale: float | None = None, finite_mask: bool = False) -> Any:
+        kw: dict[str, Any] = dict(causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+        if finite_mask:
+            if not self._takes_finite:
+                raise NotProvided(f"{self.name} takes no finite_mask argument")
+            kw["finite_mask"] = True
+        return self.fn(q, k, v, G, **kw)
+
+
+def _kwargs_of(fn: Callable[..., Any]) -> set[str]:
+    try:
+        return set(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        return set()
+
+
+def as_adapter(obj: Any, name: str | None = None) -> Adapter:
+    """Turn ``obj`` into an :class:`Adapter`.
+
+    Accepted: an Adapter instance (or duck-typed object with ``capabilities``), an Adapter
+    subclass (instantiated without arguments), a zero-argument factory returning one of
+    these, or an attention callable taking ``(q, k, v, G, *, causal, key_padding_mask, scale)``.
+    """
+    if isinstance(obj, Adapter) or (hasattr(obj, "capabilities") and hasattr(obj, "dtypes") and not inspect.isclass(obj)):
+        return obj
+    if inspect.isclass(obj) and issubclass(obj, Adapter):
+        return obj()
+    if callable(obj):
+        params = _kwargs_of(obj)
+        if {"causal", "key_padding_mask", "scale"} <= params or len(params) >= 4:
+            return CallableAdapter(obj, name)
+        produced = obj()  # a factory
+        return as_adapter(produced, name)
+    raise TypeError(f"cannot use {obj!r} as a PLGA implementation: need an Adapter or an attention callable")
+
+
+def _import_object(spec: str) -> Any:
+    module_name, _, attr = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ValueError(f"PLGA_IMPL={spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    if not attr:
+        for candidate in ("plga_adapter", "adapter", "plga_attention"):
+            if hasattr(module, candidate):
+                attr = candidate
+                break
+        else:
+            raise ValueError(f"PLGA_IMPL={spec!r}: give the object as {module_name}:NAME (no plga_adapter/adapter/plga_attention found)")
+    obj: Any = module
+    for part in attr.split("."):
+        try:
+            obj = getattr(obj, part)
+        except AttributeError:
+            raise ValueError(f"PLGA_IMPL={spec!r}: {module_name} has no attribute {attr!r}") from None
+    return obj
+
+
+def resolve_impl(spec: str | None = None) -> Adapter:
+    """The adapter named by ``spec``, else ``$PLGA_IMPL``, else the project's kernels."""
+    spec = spec or os.environ.get("PLGA_IMPL") or DEFAULT_IMPL
+    target = ALIASES.get(spec, spec)
+    adapter = as_adapter(_import_object(target))
+    try:
+        adapter.spec = spec if spec == target else f"{spec} → {target}"
+    except AttributeError:  # frozen duck-typed adapters
+        pass
+    return adapter
+
+
+def plga_environment() -> dict[str, str]:
+    """Every ``PLGA_*`` environment variable (the report header prints them to catch typos)."""
+    return {k: v for k, v in sorted(os.environ.items()) if k.startswith("PLGA_")}
+
+
+def available_dtypes(adapter: Adapter, wanted: Iterable[str] = DTYPES) -> list[str]:
+    return [d for d in wanted if d in adapter.dtypes]
+
+
+__all__ = [
+    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "ForwardOutput",
+    "GenerateOutput", "NotProvided", "SkipCheck", "as_adapter", "available_dtypes", "plga_environment",
+    "resolve_impl",
+]

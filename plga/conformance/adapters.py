@@ -1,0 +1,267 @@
+"""The shipped adapters: the project's kernels (the default), the reference, and eager torch.
+
+* :func:`kernels` — :mod:`plga.kernels` (fused SDPA backend), capabilities read from what the
+  package actually defines, so the suite runs against a partial build and names the gaps.
+* :func:`kernels_eager` — the same package with ``backend="eager"``.
+* :func:`reference` — the float64 NumPy reference wrapped as an implementation (rounds its
+  float64 result to the input dtype): the "always passes" sanity implementation.
+* :func:`eager` — :mod:`plga.conformance.eager` in the natural operation order.
+
+The device comes from ``$PLGA_DEVICE`` (default ``cpu``); CUDA is never queried at import.
+"""
+
+from __future__ import annotations
+
+import inspect
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from . import eager as eg
+from . import oracle
+from .adapter import Adapter, ForwardOutput, GenerateOutput, NotProvided
+
+_CACHE_CAPS = frozenset({"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"})
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
+
+
+def _device() -> str:
+    return os.environ.get("PLGA_DEVICE", "cpu")
+
+
+def _like(x: np.ndarray, ref: Any) -> Any:
+    """numpy float64 → torch tensor with ref's dtype and device."""
+    torch = _torch()
+    return torch.from_numpy(np.array(x, dtype=np.float64, copy=True)).to(device=ref.device, dtype=ref.dtype)
+
+
+class ReferenceAdapter(Adapter):
+    """The float64 reference (:mod:`plga.reference`) as an implementation: exact up to one rounding."""
+
+    name = "plga.reference (float64 NumPy)"
+    dtypes = ("float64", "float32", "bfloat16", "float16")
+    capabilities = frozenset({"attention", "causal", "key_padding_mask", "finite_mask", "operator_chain"}) | _CACHE_CAPS
+    dtype_policy = "computes in float64, rounds once to the input dtype"
+
+    def __init__(self) -> None:
+        from .. import __version__
+
+        self.version = __version__
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                  scale: float | None = None, finite_mask: bool = False) -> Any:
+        out = oracle.truth_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale,
+                                     finite_mask=finite_mask)
+        return _like(out, q)
+
+    def operator_chain(self, q_rot: Any, layer_weights: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+        out = oracle.truth_chain(q_rot, layer_weights)
+        return tuple(_like(x, q_rot) for x in out)  # type: ignore[return-value]
+
+    def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:
+        res = oracle.truth_forward(state_dict, config, tokens, constant_g)
+        ref = next(iter(state_dict.values()))
+        return ForwardOutput(_like(res.logits, ref), [_like(np.asarray(d["G_LM"]), ref) for d in res.deductive])
+
+    def generate(self, state_dict: Mapping[str, Any], config: Any, prompt: Any, max_new_tokens: int, *,
+                 mode: str, constant_g: Sequence[Any] | None = None) -> GenerateOutput:
+        torch = _torch()
+        res = oracle.truth_generate(state_dict, config, prompt, max_new_tokens, mode, constant_g)
+        ref = next(iter(state_dict.values()))
+        return GenerateOutput(torch.from_numpy(res.tokens), _like(res.step_logits, ref))
+
+
+class EagerAdapter(Adapter):
+    """:mod:`plga.conformance.eager` in the published operation order, in the input dtype."""
+
+    name = "plga.conformance.eager (eager torch)"
+    dtypes = ("float64", "float32", "bfloat16")
+    capabilities = frozenset({"attention", "causal", "key_padding_mask", "finite_mask", "backward", "operator_chain"}) | _CACHE_CAPS
+    dtype_policy = "computes in the input dtype, published operation order"
+    decoder_class: type[eg.EagerDecoder] = eg.EagerDecoder
+
+    def __init__(self) -> None:
+        torch = _torch()
+        self.version = f"torch {torch.__version__}"
+        self.device = _device()
+        if self.device.startswith("cuda"):
+            self.capabilities = self.capabilities | {"cuda"}
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                  scale: float | None = None, finite_mask: bool = False) -> Any:
+        return eg.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale,
+                                 finite_mask=finite_mask)
+
+    def operator_chain(self, q_rot: Any, layer_weights: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+        return eg.operator_chain(q_rot, layer_weights)
+
+    def _decoder(self, state_dict: Mapping[str, Any], config: Any) -> eg.EagerDecoder:
+        ref = next(iter(state_dict.values()))
+        return self.decoder_class(state_dict, config, dtype=ref.dtype, device=ref.device)
+
+    def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:
+        logits, deds, _ = self._decoder(state_dict, config).forward(tokens, constant_g)
+        return ForwardOutput(logits, [d["G_LM"] for d in deds])
+
+    def generate(self, state_dict: Mapping[str, Any], config: Any, prompt: Any, max_new_tokens: int, *,
+                 mode: str, constant_g: Sequence[Any] | None = None) -> GenerateOutput:
+        tokens, steps = self._decoder(state_dict, config).generate(prompt, max_new_tokens, mode, constant_g)
+        return GenerateOutput(tokens, steps)
+
+
+class KernelsAdapter(Adapter):
+    """The project's kernels, :mod:`plga.kernels`.
+
+    Mapping: ``attention`` → ``plga.kernels.plga_attention(q, k, v, G, causal=…,
+    key_padding_mask=…, scale=…, finite_mask=…, backend=<backend>)``; ``operator_chain`` →
+    ``plga.kernels.operator_chain(q_rot, layer_weights)`` (same dict layout);
+    ``forward`` → ``PLDRModel.from_reference(params, config, dtype=…, device=…)`` then
+    ``model(tokens, logits="all", deductive=True, G=constant_g)`` (G_LM read from the
+    deductive dicts); ``generate`` → ``model.generate(prompt, n, mode, G=constant_g,
+    return_step_logits=True)`` with modes nocache | kv | kvg | collapsed.
+    Only what the package defines is declared.
+    """
+
+    def __init__(self, backend: str | None = None) -> None:
+        torch = _torch()
+        import plga.kernels as K
+
+        self.K = K
+        self.device = _device()
+        fn = getattr(K, "plga_attention", None)
+        if fn is None:
+            fn = getattr(getattr(K, "functional", None), "plga_attention", None)
+        self._attention = fn
+        params = inspect.signature(fn).parameters if fn is not None else {}
+        default_backend = params["backend"].default if "backend" in params else None
+        self.backend = backend or default_backend
+        self.name = f"plga.kernels (backend={self.backend})" if self.backend else "plga.kernels"
+        from .. import __version__
+
+        self.version = f"plga {getattr(K, '__version__', __version__)}, torch {torch.__version__}"
+        caps: set[str] = set()
+        if fn is not None:
+            caps |= {"attention", "causal", "key_padding_mask", "backward"}
+            if "finite_mask" in params:
+                caps.add("finite_mask")
+            if self.backend in ("sdpa", "fused"):
+                caps.add("sdpa_bitwise")
+        self._chain = getattr(K, "operator_chain", None) or getattr(getattr(K, "functional", None), "operator_chain", None)
+        if self._chain is not None:
+            caps.add("operator_chain")
+        self._model_cls = getattr(K, "PLDRModel", None)
+        if self._model_cls is not None and hasattr(self._model_cls, "from_reference"):
+            caps.add("forward")
+            if "G" in inspect.signature(self._model_cls.forward).parameters:
+                caps.add("collapsed")
+            gen = getattr(self._model_cls, "generate", None)
+            if gen is not None:
+                caps |= {"cache_nocache", "cache_kv", "cache_kvg"}
+        if self.device.startswith("cuda"):
+            caps.add("cuda")
+        self.capabilities = frozenset(caps)
+        self.dtypes = ("float64", "float32", "bfloat16")
+        self.dtype_policy = ("attention in the input dtype (q' = q G rounded once); operator chain in float32 or wider "
+                             "(bf16/fp16 upcast)")
+        self._models: dict[str, Any] = {}
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                  scale: float | None = None, finite_mask: bool = False) -> Any:
+        if self._attention is None:
+            raise NotProvided("plga.kernels defines no plga_attention")
+        kw: dict[str, Any] = dict(causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+        if finite_mask:
+            kw["finite_mask"] = True
+        if self.backend is not None:
+            kw["backend"] = self.backend
+        return self._attention(q, k, v, G, **kw)
+
+    def operator_chain(self, q_rot: Any, layer_weights: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+        if self._chain is None:
+            raise NotProvided("plga.kernels defines no operator_chain")
+        return tuple(self._chain(q_rot, dict(layer_weights)))  # type: ignore[return-value]
+
+    def _model(self, state_dict: Mapping[str, Any], config: Any) -> Any:
+        # one model per state dict object; the dict itself is kept so its id cannot be reused
+        if self._models.get("state") is not state_dict:
+            if self._model_cls is None:
+                raise NotProvided("plga.kernels defines no PLDRModel")
+            ref = next(iter(state_dict.values()))
+            params = {k: v.detach().to("cpu").double().numpy() for k, v in state_dict.items()}
+            model = self._model_cls.from_reference(params, config, dtype=ref.dtype, device=ref.device)
+            self._models = {"state": state_dict, "model": model.eval()}
+        return self._models["model"]
+
+    def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:
+        torch = _torch()
+        model = self._model(state_dict, config)
+        with torch.no_grad():
+            out = model(tokens, logits="all", deductive=True, G=None if constant_g is None else list(constant_g))
+        return _forward_output(out)
+
+    def generate(self, state_dict: Mapping[str, Any], config: Any, prompt: Any, max_new_tokens: int, *,
+                 mode: str, constant_g: Sequence[Any] | None = None) -> GenerateOutput:
+        model = self._model(state_dict, config)
+        out = model.generate(prompt, max_new_tokens, mode, G=None if constant_g is None else list(constant_g),
+                             return_step_logits=True)
+        return _generate_output(out)
+
+
+def _forward_output(out: Any) -> ForwardOutput:
+    """Normalise a model's forward result (object with .logits, tuple, or dict) to ForwardOutput."""
+    if isinstance(out, ForwardOutput):
+        return out
+    logits = getattr(out, "logits", None)
+    deductive = getattr(out, "deductive", None)
+    if logits is None and isinstance(out, Mapping):
+        logits, deductive = out.get("logits"), out.get("deductive")
+    if logits is None and isinstance(out, (tuple, list)):
+        logits = out[0]
+        deductive = out[1] if len(out) > 1 else None
+    g = None
+    if deductive is not None:
+        try:
+            g = [d["G_LM"] if isinstance(d, Mapping) else d.G_LM for d in deductive]
+        except (KeyError, AttributeError, TypeError):
+            g = None
+    return ForwardOutput(logits, g)
+
+
+def _generate_output(out: Any) -> GenerateOutput:
+    if isinstance(out, GenerateOutput):
+        return out
+    tokens = getattr(out, "tokens", None)
+    steps = getattr(out, "step_logits", None)
+    if tokens is None and isinstance(out, Mapping):
+        tokens, steps = out.get("tokens"), out.get("step_logits")
+    if tokens is None and isinstance(out, (tuple, list)):
+        tokens, steps = out[0], out[1]
+    return GenerateOutput(tokens, steps)
+
+
+def kernels() -> Adapter:
+    """The default implementation under test: :mod:`plga.kernels` with its default backend."""
+    return KernelsAdapter()
+
+
+def kernels_eager() -> Adapter:
+    """:mod:`plga.kernels` with ``backend="eager"`` (scores materialized)."""
+    return KernelsAdapter(backend="eager")
+
+
+def reference() -> Adapter:
+    return ReferenceAdapter()
+
+
+def eager() -> Adapter:
+    return EagerAdapter()
+
+
+__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "eager", "kernels", "kernels_eager", "reference"]

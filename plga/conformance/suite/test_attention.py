@@ -1,0 +1,10 @@
+"""PLGA attention given G against the float64/mpmath reference (SPEC §1.8)."""
+
+import pytest
+
+from ._helpers import params, run
+
+
+@pytest.mark.parametrize(("check", "dtype"), params("attention"))
+def test_attention(plga_impl, check, dtype):
+    run(plga_impl, check, dtype)

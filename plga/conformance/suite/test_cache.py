@@ -1,0 +1,10 @@
+"""Cached decoding: nocache, kv, kvg, collapsed, and their fidelity (SPEC §3)."""
+
+import pytest
+
+from ._helpers import params, run
+
+
+@pytest.mark.parametrize(("check", "dtype"), params("cache"))
+def test_cache(plga_impl, check, dtype):
+    run(plga_impl, check, dtype)

@@ -1,0 +1,10 @@
+"""The operator chain from rotated queries to G_LM (SPEC §1.1–1.7)."""
+
+import pytest
+
+from ._helpers import params, run
+
+
+@pytest.mark.parametrize(("check", "dtype"), params("chain"))
+def test_chain(plga_impl, check, dtype):
+    run(plga_impl, check, dtype)
