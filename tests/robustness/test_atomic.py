@@ -79,3 +79,13 @@ def test_a_non_atomic_writer_would_be_caught(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert target.read_text(errors="replace") != '{"old": true}'
+
+
+def test_outputs_get_the_usual_permissions(tmp_path):
+    """A temporary file is private (0600); the published output must not stay so."""
+    target = tmp_path / "out.json"
+    with atomic_path(target) as tmp:
+        tmp.write_text("{}")
+    mask = os.umask(0)
+    os.umask(mask)
+    assert target.stat().st_mode & 0o777 == 0o666 & ~mask

@@ -1,0 +1,361 @@
+"""One bench case in its own process: ``python -m plga.bench.case --json '{...}'``.
+
+The process builds the seeded weights (:func:`plga.reference.checkpoint.random_params`, the
+same for every case of a config), runs ``warmup`` untimed and ``runs`` timed repetitions of
+the case's workload and prints one line ``PLGA_BENCH_RESULT {json}`` on stdout. Running each
+case in a fresh process makes its peak resident memory its own: the kernel's high-water mark
+(``VmHWM``) is reset after the model is built (``/proc/self/clear_refs``), so the peak
+covers the timed runs (weights included), not the set-up.
+
+Case keys: ``kind`` (limits | prefill | decode | command), ``config``, ``impl`` (reference |
+eager | fused | collapsed), ``batch``, ``seq`` (prefill length or prompt length), ``logits``
+(all | last, prefill), ``mode`` (nocache | kv | kvg | collapsed, decode), ``new_tokens``,
+``runs``, ``warmup``, ``warmup_shape`` (full | reduced: warm up on sequence ≤ 128 / 2 new
+tokens, for long cases), ``threads``, ``device``, ``dtype``, ``seed``, ``overhead`` (profile the
+decoding loop's own overhead), ``argv`` (command: the command line to time).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import gc
+import hashlib
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from .protocol import MARKER
+
+#: Profiler op names counted as the model's arithmetic; everything else in a decoding step
+#: (argmax sampling, cache copies, allocation, Python between ops) is the loop's overhead.
+COMPUTE_OP_MARKERS = (
+    "mm", "linear", "scaled_dot_product", "layer_norm", "softmax", "silu", "sigmoid", "mul", "add", "sub",
+    "div", "pow", "stack", "embedding", "index_select", "sum", "exp",
+)
+OVERHEAD_OPS = ("argmax", "copy_", "cat", "empty", "fill_", "zero_", "to", "_to_copy", "clone")
+
+
+# --- memory ---------------------------------------------------------------------------------
+
+
+def _proc_status(field: str) -> int | None:
+    """A ``/proc/self/status`` size field (VmHWM, VmRSS) in bytes, or None off Linux."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        return None
+    return None
+
+
+def reset_peak_rss() -> bool:
+    """Reset the kernel's resident high-water mark (Linux ≥ 4.0); False when not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as fh:
+            fh.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss_bytes() -> tuple[int, str]:
+    """(peak resident bytes, source): VmHWM when readable, else ru_maxrss (KiB on Linux)."""
+    hwm = _proc_status("VmHWM")
+    if hwm is not None:
+        return hwm, "VmHWM"
+    scale = 1 if sys.platform == "darwin" else 1024
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * scale, "ru_maxrss"
+
+
+# --- helpers --------------------------------------------------------------------------------
+
+
+def _digest(tokens: Any) -> str:
+    import numpy as np
+
+    arr = np.ascontiguousarray(np.asarray(tokens.cpu() if hasattr(tokens, "cpu") else tokens, dtype=np.int64))
+    return hashlib.sha1(arr.tobytes()).hexdigest()[:12]
+
+
+def _sync(device: str) -> Callable[[], None]:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def _time(fn: Callable[[], Any], runs: int, warmup: int, device: str) -> tuple[list[float], Any]:
+    sync = _sync(device)
+    out = None
+    for _ in range(warmup):
+        out = fn()
+    sync()
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        out = fn()
+        sync()
+        times.append(time.perf_counter() - t0)
+    return times, out
+
+
+def _tokens(vocab: int, batch: int, seq: int, seed: int) -> Any:
+    """Seeded ids in [1, vocab): no padding (id 0), the same for every impl of a workload."""
+    import numpy as np
+
+    rng = np.random.default_rng([seed, batch, seq])
+    return rng.integers(1, vocab, size=(batch, seq), dtype=np.int64)
+
+
+def _compute_seconds(prof: Any, device: str) -> float:
+    """Σ self time of the model's arithmetic ops in a profile (CPU ops, or device kernels on CUDA)."""
+    total_us = 0.0
+    for ev in prof.key_averages():
+        if device.startswith("cuda"):
+            total_us += float(getattr(ev, "self_device_time_total", getattr(ev, "self_cuda_time_total", 0.0)))
+            continue
+        name = ev.key.removeprefix("aten::")
+        if not ev.key.startswith("aten::") or name in OVERHEAD_OPS:
+            continue
+        if any(m in name for m in COMPUTE_OP_MARKERS):
+            total_us += float(ev.self_cpu_time_total)
+    return total_us * 1e-6
+
+
+def _profile_compute(fn: Callable[[], Any], device: str) -> float:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=acts) as prof:
+        fn()
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    return _compute_seconds(prof, device)
+
+
+# --- the cases ------------------------------------------------------------------------------
+
+
+def _weights(config: Any, name: str, seed: int, cache_dir: str | None) -> dict[str, Any]:
+    """``random_params(config, seed)``, kept as an uncompressed .npz in ``cache_dir`` so the
+    cases of one run load the same weights instead of regenerating them (seconds at 110M)."""
+    import numpy as np
+
+    from ..reference.checkpoint import random_params
+
+    if not cache_dir:
+        return random_params(config, seed)
+    path = Path(cache_dir) / f"{name}-seed{seed}.npz"
+    if path.exists():
+        with np.load(path, allow_pickle=False) as z:
+            return {k: z[k] for k in z.files}
+    params = random_params(config, seed)
+    from ..atomic import atomic_path
+
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
+        np.savez(fh, **params)
+    return params
+
+
+def _build(spec: dict[str, Any]) -> dict[str, Any]:
+    """Weights, models and inputs of a case (everything set up before timing)."""
+    import numpy as np
+    import torch
+
+    from ..kernels import PLDRModel
+    from ..reference.config import PLDRConfig
+
+    config = PLDRConfig.from_name(spec["config"])
+    params = _weights(config, spec["config"], spec.get("seed", 0), spec.get("weights_cache"))
+    device, dtype = spec.get("device", "cpu"), getattr(torch, spec.get("dtype", "float32"))
+    impl = spec["impl"]
+    env: dict[str, Any] = {"config": config}
+    needs_g = impl == "collapsed" or spec.get("mode") == "collapsed"
+    model = PLDRModel.from_reference(params, config, dtype=dtype, device=device).eval()
+    g_star = None
+    if needs_g:
+        # G* = mean G_LM over a fixed calibration batch: the same for every case of a config
+        calib = torch.as_tensor(_tokens(config.input_vocab_size, 4, 32, 12345), device=device)
+        with torch.inference_mode():
+            collapsed = model.collapse_from(calib).eval()
+        g_star = collapsed.decoder.collapsed_G.detach().float().cpu().numpy()
+        env["collapse_fluctuation_max"] = collapsed.collapse_report.max if collapsed.collapse_report else None
+        if impl == "collapsed" or (impl != "reference" and spec.get("mode") == "collapsed"):
+            model = collapsed
+        else:
+            del collapsed
+    if impl == "reference":
+        from ..reference import decoder
+
+        env["params64"] = decoder.to_backend(params)
+        env["constant_g"] = None if g_star is None else [g.astype(np.float64) for g in g_star]
+        del model
+    else:
+        env["model"] = model
+    del params
+    gc.collect()
+    return env
+
+
+def _prefill(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    c, impl, device = env["config"], spec["impl"], spec.get("device", "cpu")
+    b, s = spec["batch"], spec["seq"]
+    ids = _tokens(c.input_vocab_size, b, s, spec.get("seed", 0))
+    logits = spec.get("logits", "all" if impl in ("reference", "eager") else "last")
+    if impl == "reference":
+        from ..reference import decoder
+
+        params64 = env["params64"]
+        fn = lambda: decoder.forward(params64, c, ids).logits  # noqa: E731  (always all logits)
+        logits = "all"
+    else:
+        model = env["model"]
+        tokens = torch.as_tensor(ids, device=device)
+        backend = "eager" if impl == "eager" else "sdpa"
+
+        def fn() -> Any:
+            with torch.inference_mode():
+                return model(tokens, logits=logits, backend=backend).logits
+
+    return {"fn": fn, "logits": logits, "digest_of": None}
+
+
+def _decode(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
+    import torch
+
+    c, impl, device = env["config"], spec["impl"], spec.get("device", "cpu")
+    b, s, n, mode = spec["batch"], spec["seq"], spec["new_tokens"], spec["mode"]
+    ids = _tokens(c.input_vocab_size, b, s, spec.get("seed", 0))
+    prefill_fn: Callable[[], Any] | None = None
+    if impl == "reference":
+        from ..reference import decoder
+
+        params64, cg = env["params64"], env["constant_g"]
+        ref_mode = "constant" if mode == "collapsed" else mode
+        fn = lambda: decoder.generate(params64, c, ids, n, ref_mode, constant_g=cg).tokens  # noqa: E731
+        if mode != "nocache":
+            prefill_fn = lambda: decoder.forward(params64, c, ids, constant_g=cg).logits  # noqa: E731
+    else:
+        model = env["model"]
+        prompt = torch.as_tensor(ids, device=device)
+        if impl == "eager":
+            from .eager import EagerDecoder
+
+            eager = EagerDecoder(model)
+            fn = lambda: eager.generate(prompt, n, mode)  # noqa: E731
+            if mode != "nocache":
+
+                def prefill_fn() -> Any:
+                    with torch.inference_mode():
+                        return eager.forward(prompt)[0]
+
+        else:
+            fn = lambda: model.generate(prompt, n, mode).tokens  # noqa: E731
+            if mode != "nocache":
+
+                def prefill_fn() -> Any:
+                    with torch.inference_mode():
+                        cache = model.new_cache(b, s + n - 1 if n > 1 else s)
+                        return model(prompt, logits="last", cache=cache).logits
+
+    return {"fn": fn, "prefill_fn": prefill_fn}
+
+
+def run_case(spec: dict[str, Any]) -> dict[str, Any]:
+    """Run one case and return its raw measurements (no derived ratios: the runner adds those)."""
+    t_start = time.perf_counter()
+    threads = int(spec.get("threads", 2))
+    import torch
+
+    torch.set_num_threads(threads)
+    device = spec.get("device", "cpu")
+    if device.startswith("cuda") and not torch.cuda.is_available():
+        raise RuntimeError("--device cuda but torch.cuda.is_available() is False")
+    kind = spec["kind"]
+    runs, warmup = int(spec.get("runs", 5)), int(spec.get("warmup", 1))
+    out: dict[str, Any] = {"spec": spec, "pid": os.getpid(), "threads": torch.get_num_threads()}
+    if kind == "limits":
+        from .machine import measure_limits
+
+        out["limits"] = measure_limits(device=device, dtype=spec.get("dtype", "float32"), runs=max(runs, 5))
+        out["wall_s"] = time.perf_counter() - t_start
+        return out
+    if kind == "command":
+        times = []
+        for _ in range(runs):
+            t0 = time.perf_counter()
+            proc = subprocess.run(spec["argv"], capture_output=True, text=True, check=False)
+            times.append(time.perf_counter() - t0)
+            if proc.returncode != 0:
+                raise RuntimeError(f"{spec['argv']} exited {proc.returncode}: {proc.stderr.strip()[-400:]}")
+        out["times_s"] = times
+        out["wall_s"] = time.perf_counter() - t_start
+        return out
+    env = _build(spec)
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    out["rss_before_runs_bytes"] = _proc_status("VmRSS")
+    out["rss_peak_reset"] = reset_peak_rss()
+    work = _prefill(spec, env) if kind == "prefill" else _decode(spec, env)
+    if "logits" in work:
+        out["logits"] = work["logits"]
+    if spec.get("warmup_shape") == "reduced" and warmup:
+        # a long case: warm up on a shorter workload of the same kind (same kernels, thread
+        # pool and code paths; the timed runs all pay the same large-buffer page faults)
+        small = dict(spec, seq=min(spec["seq"], 128)) if kind == "prefill" else dict(spec, new_tokens=min(spec["new_tokens"], 2))
+        warm = _prefill(small, env) if kind == "prefill" else _decode(small, env)
+        _time(warm["fn"], 0, warmup, device)
+        warmup = 0
+    times, result = _time(work["fn"], runs, warmup, device)
+    out["times_s"] = times
+    out["peak_rss_bytes"], out["peak_rss_source"] = peak_rss_bytes()
+    if device.startswith("cuda"):
+        out["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
+    if kind == "decode":
+        out["tokens_digest"] = _digest(result)
+        prefill_fn = work.get("prefill_fn")
+        if prefill_fn is not None and spec["new_tokens"] > 1:
+            out["prefill_times_s"], _ = _time(prefill_fn, min(runs, 3), 1, device)
+        if spec.get("overhead") and spec["impl"] != "reference":
+            with contextlib.suppress(Exception):
+                gen_compute = _profile_compute(work["fn"], device)
+                pre_compute = _profile_compute(prefill_fn, device) if prefill_fn is not None else 0.0
+                out["profiled_compute_s"] = {"generate": gen_compute, "prefill": pre_compute}
+    if "collapse_fluctuation_max" in env:
+        out["collapse_fluctuation_max"] = env["collapse_fluctuation_max"]
+    out["wall_s"] = time.perf_counter() - t_start
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m plga.bench.case", description=__doc__.splitlines()[0])
+    parser.add_argument("--json", required=True, help="the case as a JSON object")
+    args = parser.parse_args(argv)
+    spec = json.loads(args.json)
+    try:
+        result = run_case(spec)
+        result["status"] = "ok"
+    except Exception as exc:  # reported in the row, the run goes on
+        if os.environ.get("PLGA_DEBUG"):
+            raise
+        result = {"spec": spec, "status": "error", "reason": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
+    print(MARKER + json.dumps(result), flush=True)
+    return 0 if result["status"] == "ok" else 1
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

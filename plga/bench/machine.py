@@ -1,0 +1,103 @@
+"""The machine's limits, measured in the bench's own run: matmul GFLOP/s and memory bandwidth.
+
+- matmul: C = A B with A, B square ``n``×``n`` (2048 by default) in the bench dtype,
+  2·n³ FLOPs per product; the best (min-time) of the runs is the roofline peak.
+- bandwidth (CPU): a read-only reduction (``x.sum()``) over a buffer far larger than the
+  last-level cache (512 MiB), bytes = buffer size; and a copy (read + write, 2× bytes).
+  Batch-1 decoding is a stream of weight reads, so the read bandwidth is its bound.
+- diagnostics: matrix-vector products over a [32000, 896] float32 matrix (the paper-110m
+  vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
+  in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), to show what a GEMV
+  actually reaches against the streaming bound.
+On CUDA every timed region is closed by ``torch.cuda.synchronize()``; CUDA is touched only
+when ``device`` is ``"cuda"``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+
+def _sync(device: str) -> Callable[[], None]:
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def time_runs(fn: Callable[[], Any], runs: int, warmup: int, device: str = "cpu") -> list[float]:
+    """Wall seconds of ``runs`` calls of ``fn`` after ``warmup`` untimed calls."""
+    sync = _sync(device)
+    for _ in range(warmup):
+        fn()
+    sync()
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
+def summary(times: list[float]) -> dict[str, float]:
+    """median / min / max of a list of seconds."""
+    return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
+
+
+def measure_limits(
+    *, device: str = "cpu", dtype: str = "float32", runs: int = 5, matmul_n: int = 2048, buffer_mib: int = 512
+) -> dict[str, Any]:
+    """Matmul GFLOP/s (float32, and the bench dtype if different) and memory bandwidth in GB/s."""
+    import torch
+
+    dev = torch.device(device)
+    out: dict[str, Any] = {"device": device, "matmul_n": matmul_n, "buffer_mib": buffer_mib, "runs": runs}
+    dtypes = ["float32"] + ([dtype] if dtype != "float32" else [])
+    gen = torch.Generator(device="cpu").manual_seed(0)
+    for name in dtypes:
+        tdt = getattr(torch, name)
+        a = torch.randn(matmul_n, matmul_n, generator=gen).to(device=dev, dtype=tdt)
+        b = torch.randn(matmul_n, matmul_n, generator=gen).to(device=dev, dtype=tdt)
+        ts = time_runs(lambda a=a, b=b: a @ b, runs, 2, device)
+        flops = 2 * matmul_n**3
+        out[f"matmul_{name}"] = {
+            **summary(ts),
+            "gflops_best": flops / min(ts) / 1e9,
+            "gflops_median": flops / statistics.median(ts) / 1e9,
+        }
+        del a, b
+    n = buffer_mib * 1024 * 1024 // 4
+    x = torch.ones(n, device=dev, dtype=torch.float32)
+    nbytes = n * 4
+    ts = time_runs(lambda x=x: x.sum(), runs, 2, device)
+    out["read"] = {**summary(ts), "gbps_best": nbytes / min(ts) / 1e9, "gbps_median": nbytes / statistics.median(ts) / 1e9}
+    y = torch.empty_like(x)
+    ts = time_runs(lambda x=x, y=y: y.copy_(x), runs, 2, device)
+    out["copy"] = {**summary(ts), "gbps_best": 2 * nbytes / min(ts) / 1e9, "gbps_median": 2 * nbytes / statistics.median(ts) / 1e9}
+    del x, y
+    w = torch.randn(32000, 896, generator=gen).to(dev)
+    wt = w.t().contiguous()
+    v = torch.randn(1, 896, generator=gen).to(dev)
+    wbytes = w.numel() * 4
+    ts = time_runs(lambda: torch.nn.functional.linear(v, w), max(runs, 10), 3, device)
+    out["gemv_linear_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
+    ts = time_runs(lambda: v @ wt, max(runs, 10), 3, device)
+    out["gemv_transposed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
+    # the numbers the bench divides by
+    out["peak_gflops"] = out[f"matmul_{dtype}"]["gflops_best"]
+    out["peak_gflops_float32"] = out["matmul_float32"]["gflops_best"]
+    out["bandwidth_gbps"] = out["read"]["gbps_best"]
+    import numpy as np  # the float64 reference runs in NumPy on the CPU whatever the device
+
+    a64 = np.random.default_rng(0).standard_normal((1024, 1024))
+    ts = time_runs(lambda: a64 @ a64, runs, 1)
+    out["numpy_float64_matmul_gflops"] = 2 * 1024**3 / min(ts) / 1e9
+    return out
+
+
+__all__ = ["measure_limits", "summary", "time_runs"]
