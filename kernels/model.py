@@ -23,7 +23,6 @@ whatever the model dtype (``model.to(torch.bfloat16)`` leaves those parameters i
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -34,10 +33,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..reference.checkpoint import (
+    COLLAPSED_KEY,
     CheckpointError,
-    expected_shapes,
+    collapsed_shapes,
+    is_collapsed,
+    is_learner_key,
     load_checkpoint,
-    read_safetensors,
+    load_collapsed,
+    save_safetensors,
 )
 from ..reference.config import PLDRConfig
 from ..reference.decoder import NonFiniteError
@@ -46,9 +49,6 @@ from .sampling import check_sampling, sample_next
 
 #: Generation modes. ``constant`` is an alias of ``collapsed``.
 MODES = ("nocache", "kv", "kvg", "collapsed", "constant")
-#: State-dict key of the constant operator of a collapsed model.
-COLLAPSED_KEY = "decoder.collapsed_G"
-_LEARNER_MARKERS = (".mha1.reslayerAs.", ".mha1.plgatt_layer.", ".mha1.layernorm1.")
 _LOW = (torch.float16, torch.bfloat16)
 
 
@@ -365,58 +365,18 @@ class PLDRModel(nn.Module):
         max_seq_len: int = 1024,
     ) -> PLDRModel:
         """Load an upstream ``.pth`` (weights only), a safetensors file/folder (+ ``config.json``),
-        or a collapsed folder written by :meth:`save_collapsed`."""
+        or a collapsed checkpoint (:func:`plga.reference.checkpoint.load_collapsed`)."""
         path = Path(path)
-        folder = path if path.is_dir() else path.parent
-        cfg_path = folder / "config.json"
-        if cfg_path.exists() and (path.is_dir() or path.suffix == ".safetensors"):
-            try:
-                raw = json.loads(cfg_path.read_text())
-            except (OSError, json.JSONDecodeError) as exc:
-                raise CheckpointError(f"cannot read {cfg_path}: {exc}") from exc
-            if isinstance(raw, dict) and raw.get("collapsed"):
-                return cls._load_collapsed(path, PLDRConfig.from_json(cfg_path), dtype, device)
+        if is_collapsed(path):
+            state, config, gs = load_collapsed(path)
+            return cls.from_reference(state | {COLLAPSED_KEY: np.stack(gs)}, config, dtype=dtype, device=device)
         params, config = load_checkpoint(path, max_seq_len=max_seq_len)
         return cls.from_reference(params, config, dtype=dtype, device=device)
 
-    @classmethod
-    def _load_collapsed(cls, path: Path, config: PLDRConfig, dtype: torch.dtype, device: Any) -> PLDRModel:
-        files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
-        if len(files) != 1:
-            raise CheckpointError(f"collapsed folder {path} must hold exactly one .safetensors file, got {files}")
-        state = read_safetensors(files[0])
-        want = collapsed_shapes(config)
-        missing = sorted(set(want) - set(state))
-        unexpected = sorted(set(state) - set(want))
-        bad = sorted(k for k in set(want) & set(state) if tuple(state[k].shape) != want[k])
-        if missing or unexpected or bad:
-            raise CheckpointError(
-                f"{files[0]} is not a collapsed model for {config}: missing {missing}, "
-                f"unexpected {unexpected}, mis-shaped {bad}"
-            )
-        nonfinite = sorted(k for k, v in state.items() if not np.all(np.isfinite(v)))
-        if nonfinite:
-            raise CheckpointError(f"{files[0]} has non-finite values in {nonfinite}")
-        return cls.from_reference(state, config, dtype=dtype, device=device)
-
     def save_pretrained(self, folder: str | Path) -> Path:
-        """Write ``model.safetensors`` + ``config.json`` (collapsed models get ``"collapsed": true``)."""
-        from safetensors.numpy import save_file
-
-        from ..atomic import atomic_path
-
-        folder = Path(folder)
-        folder.mkdir(parents=True, exist_ok=True)
-        out = folder / "model.safetensors"
-        state = {k: np.ascontiguousarray(v) for k, v in self.to_reference().items()}
-        with atomic_path(out) as tmp:
-            save_file(state, str(tmp), metadata={"format": "pt", "collapsed": str(self.collapsed).lower()})
-        cfg = self.config.to_upstream()
-        if self.collapsed:
-            cfg["collapsed"] = True
-        with atomic_path(folder / "config.json") as tmp:
-            tmp.write_text(json.dumps(cfg, indent=1))
-        return out
+        """Write ``model.safetensors`` + ``config.json`` (collapsed models get ``"collapsed": true``)
+        with :func:`plga.reference.checkpoint.save_safetensors`."""
+        return save_safetensors(self.to_reference(), self.config, folder, collapsed=self.collapsed)
 
     def save_collapsed(self, folder: str | Path) -> Path:
         """Save a collapsed model (no metric-learner weights, ``decoder.collapsed_G``, config flag)."""
@@ -430,7 +390,7 @@ class PLDRModel(nn.Module):
         assert G is not None
         stack = torch.stack([g if g.ndim == 3 else _squeeze_batch(g) for g in G])  # [L, H, d, d]
         model = PLDRModel(self.config, collapsed=True)
-        state = {k: v for k, v in self.state_dict().items() if not _is_learner_key(k) and k != COLLAPSED_KEY}
+        state = {k: v for k, v in self.state_dict().items() if not is_learner_key(k) and k != COLLAPSED_KEY}
         state[COLLAPSED_KEY] = stack.detach().to(torch.float32 if self.dtype in _LOW else self.dtype)
         model.to(device=self.device, dtype=self.dtype)
         model.load_state_dict(state, strict=True)
@@ -935,17 +895,6 @@ def _squeeze_batch(g: Tensor) -> Tensor:
     if g.shape[0] != 1:
         raise ValueError(f"a collapsed G must be batch-independent [H, d, d]; got {tuple(g.shape)}")
     return g[0]
-
-
-def _is_learner_key(key: str) -> bool:
-    return any(m in key for m in _LEARNER_MARKERS)
-
-
-def collapsed_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
-    """State-dict keys and shapes of a collapsed model with ``config``."""
-    shapes = {k: v for k, v in expected_shapes(config).items() if not _is_learner_key(k)}
-    shapes[COLLAPSED_KEY] = (config.num_layers, config.num_heads, config.depth, config.depth)
-    return shapes
 
 
 def random_G(config: PLDRConfig, seed: int = 0, std: float = 1.0) -> Tensor:

@@ -4,6 +4,20 @@ Parameters are a plain ``dict`` keyed by the upstream state-dict names (SPEC §2
 NumPy arrays as stored (float32 for released checkpoints). Nothing here ever runs an
 unrestricted pickle: ``.pth`` files go through ``torch.load(weights_only=True)``; safetensors
 need no torch at all.
+
+This module is also the one home of the *collapsed* checkpoint format (SPEC §3, inference
+collapse) and of writing model folders (:func:`save_safetensors`). A collapsed checkpoint is a
+folder with ``model.safetensors`` and ``config.json``:
+
+* ``model.safetensors`` holds every tensor of the original checkpoint **except** each layer's
+  metric learner and power stage (keys containing :data:`LEARNER_MARKERS`), plus the constant
+  operators :data:`COLLAPSED_KEY` [layers, heads, d, d];
+* ``config.json`` is the upstream hyperparameter dict (:meth:`PLDRConfig.to_upstream`) plus
+  ``"collapsed": true``.
+
+:func:`load_collapsed` reads it (the float64 reference decodes it as PLGA with a constant G per
+layer; ``plga.kernels.PLDRModel.from_pretrained`` loads it as a collapsed model);
+:func:`load_checkpoint` refuses it, since it requires the metric-learner tensors.
 """
 
 from __future__ import annotations
@@ -22,6 +36,13 @@ from .numerics import Array
 
 #: Optional buffers of the Transformers port that carry no learned weight.
 OPTIONAL_BUFFERS = ("decoder.past_G_values", "decoder.past_G_values_status")
+#: State-dict key of the constant operators [layers, heads, d, d] of a collapsed checkpoint.
+COLLAPSED_KEY = "decoder.collapsed_G"
+#: Key fragments of the metric-learner / power-stage tensors a collapsed checkpoint drops.
+LEARNER_MARKERS = (".mha1.reslayerAs.", ".mha1.plgatt_layer.", ".mha1.layernorm1.")
+#: The one safetensors metadata entry every written file carries. A single entry keeps the
+#: header reproducible: safetensors writes several entries in a random (hash-map) order.
+FILE_METADATA = {"format": "pt"}
 
 
 class CheckpointError(ValueError):
@@ -86,6 +107,25 @@ def expected_count(config: PLDRConfig) -> int:
     per_unit = 6 * c.num_denseA + 2
     per_layer = 8 + 5 + c.num_reslayerA * per_unit + 2 + 6 + 4
     return 1 + c.num_layers * per_layer + 2 + 2
+
+
+def is_learner_key(key: str) -> bool:
+    """True for the metric-learner / power-stage tensors a collapsed checkpoint drops."""
+    return any(m in key for m in LEARNER_MARKERS)
+
+
+def collapsed_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:
+    """Every state-dict key of a collapsed v510 decoder with ``config``, mapped to its shape."""
+    shapes = {k: v for k, v in expected_shapes(config).items() if not is_learner_key(k)}
+    shapes[COLLAPSED_KEY] = (config.num_layers, config.num_heads, config.depth, config.depth)
+    return shapes
+
+
+def collapsed_count(config: PLDRConfig) -> int:
+    """The number of state-dict keys of a collapsed decoder with ``config`` (without building them)."""
+    c = config
+    learner_per_layer = 2 + 5 + c.num_reslayerA * (6 * c.num_denseA + 2)
+    return expected_count(c) - c.num_layers * learner_per_layer + 1
 
 
 def validate_state_dict(
@@ -228,6 +268,11 @@ def load_checkpoint(
     path = Path(path)
     if not path.exists():
         raise CheckpointError(f"checkpoint {path} does not exist")
+    if is_collapsed(path):
+        raise CheckpointError(
+            f"{path} is a collapsed checkpoint (no metric learner; config.json has \"collapsed\": true): "
+            "load it with plga.reference.checkpoint.load_collapsed or plga.kernels.PLDRModel.from_pretrained"
+        )
     config_path: Path | None = None
     if path.is_dir():
         candidates = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.pth"))
@@ -259,19 +304,118 @@ def load_checkpoint(
     return validate_state_dict(state, config, str(path)), config
 
 
-def save_safetensors(state: Mapping[str, Array], config: PLDRConfig, folder: str | Path) -> Path:
-    """Write ``model.safetensors`` + ``config.json`` into ``folder`` atomically."""
+def is_collapsed(path: str | Path) -> bool:
+    """True when ``path`` (a folder, or a ``.safetensors`` file beside a ``config.json``) is a
+    collapsed checkpoint: its ``config.json`` holds ``"collapsed": true``."""
+    path = Path(path)
+    if not (path.is_dir() or path.suffix == ".safetensors"):
+        return False
+    cfg = (path if path.is_dir() else path.parent) / "config.json"
+    try:
+        raw = json.loads(cfg.read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(raw, dict) and raw.get("collapsed") is True
+
+
+def load_collapsed(path: str | Path) -> tuple[dict[str, Array], PLDRConfig, list[Array]]:
+    """Read a collapsed checkpoint → (params without G, config, per-layer G [H, d, d]).
+
+    ``path`` is a collapsed folder or its ``.safetensors`` file. Checks the ``"collapsed": true``
+    flag, that a folder holds exactly one ``.safetensors`` file, and the keys, shapes, floating
+    dtypes and finiteness of every tensor; errors are :class:`CheckpointError` naming the file
+    and the keys. The tensors keep their stored dtype.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise CheckpointError(f"collapsed checkpoint {path} does not exist")
+    if not (path.is_dir() or path.suffix == ".safetensors"):
+        raise CheckpointError(f"collapsed checkpoint {path} is neither a folder nor a .safetensors file")
+    folder = path if path.is_dir() else path.parent
+    cfg_path = folder / "config.json"
+    try:
+        raw = json.loads(cfg_path.read_text())
+    except (OSError, ValueError) as exc:
+        raise CheckpointError(f"{path}: unreadable config.json: {exc}") from exc
+    if not (isinstance(raw, dict) and raw.get("collapsed") is True):
+        raise CheckpointError(f'{path} is not a collapsed checkpoint ({cfg_path} lacks "collapsed": true)')
+    try:
+        config = PLDRConfig.from_json(cfg_path)
+    except (ValueError, TypeError) as exc:
+        text = " ".join(str(exc).split())
+        raise CheckpointError(text if str(cfg_path) in text else f"config {cfg_path}: {text}") from exc
+    if path.is_dir():
+        files = sorted(path.glob("*.safetensors"))
+        if len(files) != 1:
+            raise CheckpointError(
+                f"collapsed folder {path} must hold exactly one .safetensors file, got {[f.name for f in files]}"
+            )
+        path = files[0]
+    if path.stat().st_size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty")
+    state = read_safetensors(path)
+    source = str(path)
+    n_want = collapsed_count(config)
+    if n_want > 2 * len(state) + 1000:
+        raise CheckpointError(
+            f"{source} is not a collapsed model for {config}: it implies {n_want} tensors, the file holds {len(state)}"
+        )
+    want = collapsed_shapes(config)
+    missing = sorted(set(want) - set(state))
+    unexpected = sorted(set(state) - set(want))
+    misshaped = sorted(
+        f"{k}: expected {want[k]}, got {tuple(state[k].shape)}"
+        for k in set(want) & set(state)
+        if tuple(state[k].shape) != want[k]
+    )
+    problems = []
+    if missing:
+        problems.append(f"missing keys {_named(missing)}")
+    if unexpected:
+        problems.append(f"unexpected keys {_named(unexpected)}")
+    if misshaped:
+        problems.append(f"mis-shaped tensors {_named(misshaped)}")
+    if problems:
+        raise CheckpointError(f"{source} is not a collapsed model for {config}: " + "; ".join(problems))
+    not_float = sorted(f"{k}: {v.dtype}" for k, v in state.items() if v.dtype.kind != "f")
+    if not_float:
+        raise CheckpointError(f"{source} has tensors that are not floating point (weights must be float): {_named(not_float)}")
+    nonfinite = sorted(k for k, v in state.items() if not np.all(np.isfinite(v)))
+    if nonfinite:
+        raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {_named(nonfinite)}")
+    g = state.pop(COLLAPSED_KEY)
+    return state, config, [g[i] for i in range(config.num_layers)]
+
+
+def save_safetensors(
+    state: Mapping[str, Array], config: PLDRConfig, folder: str | Path, *, collapsed: bool = False
+) -> Path:
+    """Write ``model.safetensors`` + ``config.json`` into ``folder``, each atomically; return the former.
+
+    ``config.json`` is the upstream dict (:meth:`PLDRConfig.to_upstream`), plus
+    ``"collapsed": true`` when ``collapsed`` (``state`` then holds :data:`COLLAPSED_KEY`, and
+    only a collapsed state may). The file carries the single metadata entry
+    :data:`FILE_METADATA`, so two writes of the same state are byte-identical.
+    """
     from safetensors.numpy import save_file
 
     from ..atomic import atomic_path
 
+    if collapsed != (COLLAPSED_KEY in state):
+        raise ValueError(
+            f"a collapsed state holds {COLLAPSED_KEY!r} and only a collapsed one may: "
+            f"collapsed={collapsed}, {COLLAPSED_KEY!r} {'present' if COLLAPSED_KEY in state else 'absent'}"
+        )
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     out = folder / "model.safetensors"
     with atomic_path(out) as tmp:
-        save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(tmp))
+        save_file({k: np.ascontiguousarray(v) for k, v in state.items()}, str(tmp), metadata=dict(FILE_METADATA))
+    cfg = config.to_upstream()
+    if collapsed:
+        cfg["collapsed"] = True
     with atomic_path(folder / "config.json") as tmp:
-        tmp.write_text(json.dumps(config.to_upstream(), indent=1))
+        tmp.write_text(json.dumps(cfg, indent=1))
     return out
 
 

@@ -6,16 +6,18 @@ plots; :func:`summarize` derives every reported number from the raw arrays (used
 and by the tests); :mod:`plga.audit.stats` holds one pure NumPy function per statistic, named
 after the published audit's fields (``shared/FORMAL_CATALOG.md`` §3–5). :func:`audit_operators`
 audits constant operators such as a trained G_LM. ``--collapse`` writes the collapsed
-checkpoint in the kernels' format (:mod:`plga.audit.collapsed`: :func:`write_collapsed`,
-:func:`read_collapsed`), which ``plga.kernels.PLDRModel.from_pretrained`` loads.
+checkpoint in the project's one collapsed format (:func:`write_collapsed`, through
+:func:`plga.reference.checkpoint.save_safetensors`), which
+:func:`plga.reference.checkpoint.load_collapsed` and ``plga.kernels.PLDRModel.from_pretrained``
+load.
 """
 
 from . import stats
-from .collapsed import read_collapsed, write_collapsed
+from .collapsed import write_collapsed
 from .runner import AuditSizes, audit_operators, run_audit, run_operator_audit
 from .summary import jsonable, summarize
 
 __all__ = [
-    "AuditSizes", "audit_operators", "jsonable", "read_collapsed", "run_audit", "run_operator_audit", "stats",
+    "AuditSizes", "audit_operators", "jsonable", "run_audit", "run_operator_audit", "stats",
     "summarize", "write_collapsed",
 ]

@@ -10,7 +10,7 @@ Two implementations:
 
 Both return NumPy float64 arrays, and both compute their layer probes (pre/post-RoPE
 queries, the metric learner's input rows and its row map) on their own model. Either can
-wrap a *collapsed* checkpoint (:mod:`plga.audit.collapsed`, :func:`load_collapsed_backend`):
+wrap a *collapsed* checkpoint (:func:`plga.reference.checkpoint.load_collapsed`, :func:`load_collapsed_backend`):
 its stored constant G is then used whenever no other G is given.
 """
 
@@ -69,7 +69,7 @@ class Backend(Protocol):
 class ReferenceBackend:
     """The float64 reference decoder (exact; the default for small models).
 
-    ``collapsed_g`` (one [H, d, d] per layer, e.g. from :func:`plga.audit.collapsed.read_collapsed`)
+    ``collapsed_g`` (one [H, d, d] per layer, e.g. from :func:`plga.reference.checkpoint.load_collapsed`)
     makes it the collapsed model: that G replaces the metric learner whenever no ``constant_g``
     is passed, and ``params`` need no metric-learner tensors.
     """
@@ -170,10 +170,10 @@ def make_backend(
 
 
 def load_collapsed_backend(name: str, folder: Any, *, device: str = "cpu", dtype: str = "float64") -> Any:
-    """A backend on the collapsed checkpoint in ``folder`` (:mod:`plga.audit.collapsed`).
+    """A backend on the collapsed checkpoint in ``folder`` (:mod:`plga.reference.checkpoint`).
 
     ``torch``: ``plga.kernels.PLDRModel.from_pretrained(folder)``; ``reference``:
-    :func:`plga.audit.collapsed.read_collapsed` with the stored G as ``collapsed_g``.
+    :func:`plga.reference.checkpoint.load_collapsed` with the stored G as ``collapsed_g``.
     Its ``collapsed_g`` attribute holds the stored operators (float64 NumPy, one per layer).
     """
     if name == "torch":
@@ -183,8 +183,8 @@ def load_collapsed_backend(name: str, folder: Any, *, device: str = "cpu", dtype
 
         return TorchBackend.from_pretrained(folder, device=device, dtype=dtype)
     if name == "reference":
-        from .collapsed import read_collapsed
+        from ..reference.checkpoint import load_collapsed
 
-        params, config, g = read_collapsed(folder)
+        params, config, g = load_collapsed(folder)
         return ReferenceBackend(params, config, dtype=dtype, device=device, collapsed_g=g)
     raise ValueError(f"unknown backend {name!r}; use reference or torch")

@@ -1,7 +1,8 @@
 """Models and prompts for the audit: the built-in small model and prompt sets.
 
-Collapsed checkpoints are written and read by :mod:`plga.audit.collapsed` in the kernels'
-format (``plga.kernels.PLDRModel.save_collapsed``).
+Collapsed checkpoints are written by :func:`plga.audit.collapsed.write_collapsed` and read by
+:func:`plga.reference.checkpoint.load_collapsed`, in the project's one format (that of
+``plga.kernels.PLDRModel.save_collapsed``).
 """
 
 from __future__ import annotations

@@ -22,12 +22,11 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
-from ..reference.checkpoint import load_checkpoint, read_safetensors
+from ..reference.checkpoint import COLLAPSED_KEY, is_collapsed, load_checkpoint, read_safetensors
 from ..reference.config import PLDRConfig
 from . import model as mdl
 from . import stats as st
 from .backend import make_backend
-from .collapsed import is_collapsed_folder
 from .summary import jsonable, summarize
 
 RAW_NAME = "audit_raw.npz"
@@ -100,7 +99,7 @@ def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], P
         params, config = checkpoint
         return dict(params), config, {"source": "in-memory", "params_sha256": params_sha256(params)}
     path = Path(checkpoint)
-    if is_collapsed_folder(path):
+    if is_collapsed(path):
         raise ValueError(f"{path} is a collapsed checkpoint (no metric learner): the audit measures the uncollapsed model")
     params, config = load_checkpoint(path)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".json"))
@@ -339,20 +338,22 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
 def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig, g_lm: np.ndarray, prompts: list[list[int]], sizes: AuditSizes, out_dir: Path, device: str, dtype: str, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
     """Constant operator = mean G over the prompts; the collapsed checkpoint; its cache fidelity.
 
-    The checkpoint is the project's one collapsed format (:mod:`plga.audit.collapsed`, written
-    by ``plga.kernels.PLDRModel.save_collapsed`` when torch is importable), read back by the
-    same backend kind as the audit: ``PLDRModel.from_pretrained`` (torch) or
-    :func:`plga.audit.collapsed.read_collapsed` (reference), decoding with its stored G.
+    The checkpoint is the project's one collapsed format (:mod:`plga.reference.checkpoint`),
+    written by :func:`plga.audit.collapsed.write_collapsed` through
+    :func:`plga.reference.checkpoint.save_safetensors` (the writer of
+    ``plga.kernels.PLDRModel.save_collapsed``), read back by the same backend kind as the
+    audit: ``PLDRModel.from_pretrained`` (torch) or
+    :func:`plga.reference.checkpoint.load_collapsed` (reference), decoding with its stored G.
     """
     from .backend import load_collapsed_backend
-    from .collapsed import COLLAPSED_KEY, FORMAT_NAME, write_collapsed
+    from .collapsed import FORMAT_NAME, write_collapsed
 
     mean, spread = st.spread(g_lm, axis=0)  # mean [L, H, d, d], spread [L, H]
     store = np.asarray(params["decoder.embedding.weight"]).dtype
     store = np.dtype(np.float32) if store == np.float16 else store  # the checkpoint's dtype (kernels widen fp16)
     g_const = mean.astype(store)
     folder = out_dir / "collapsed"
-    _, writer = write_collapsed(params, config, g_const, folder)
+    write_collapsed(params, config, g_const, folder)
     cback = load_collapsed_backend(backend.name, folder, device=device, dtype=dtype)
     g64 = [np.asarray(g, dtype=np.float64) for g in g_const]
     eq, dls, agree, dlm = [], [], [], []
@@ -375,10 +376,11 @@ def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig
         "collapse_vs_model_dlogit": np.asarray(dlm), "collapse_vs_model_agree": np.asarray(agree),
     }
     meta = {
-        "folder": str(folder), "format": FORMAT_NAME, "G_key": COLLAPSED_KEY, "writer": writer,
-        "reader": "plga.kernels.PLDRModel.from_pretrained" if cback.name == "torch" else "plga.audit.collapsed.read_collapsed",
+        "folder": str(folder), "format": FORMAT_NAME, "G_key": COLLAPSED_KEY,
+        "writer": "plga.reference.checkpoint.save_safetensors",
+        "reader": "plga.kernels.PLDRModel.from_pretrained" if cback.name == "torch" else "plga.reference.checkpoint.load_collapsed",
         "sha256": {f.name: _sha256_file(f) for f in sorted(folder.iterdir()) if not f.name.startswith(".")},
-        # file bytes vary with safetensors' metadata order; this digest of the tensors does not
+        # the digest of the tensors alone (names, dtypes, shapes, bytes), independent of the file layout
         "tensors_sha256": params_sha256(read_safetensors(folder / "model.safetensors")),
         "G_dtype": str(store), "n_prompts_averaged": int(g_lm.shape[0]),
     }

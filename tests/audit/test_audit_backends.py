@@ -119,10 +119,11 @@ def test_whole_audit_agrees_between_backends(tmp_path):
     ra = run_audit(out_dir=tmp_path / "ref", backend="reference", **kw)
     rb = run_audit(out_dir=tmp_path / "torch", backend="torch", **kw)
     assert rb["environment"]["backend"] == "torch" and rb["collapse"]["reader"] == "plga.kernels.PLDRModel.from_pretrained"
-    assert ra["collapse"]["reader"] == "plga.audit.collapsed.read_collapsed"
+    assert ra["collapse"]["reader"] == "plga.reference.checkpoint.load_collapsed"
     assert ra["stochastic_continuations"] == rb["stochastic_continuations"]
     assert ra["decode_continuations"] == rb["decode_continuations"]
     assert ra["collapse"]["tensors_sha256"] == rb["collapse"]["tensors_sha256"], "one checkpoint, whatever the backend"
+    assert ra["collapse"]["sha256"] == rb["collapse"]["sha256"], "byte-identical files, whatever the backend"
     with np.load(tmp_path / "ref" / "audit_raw.npz") as za, np.load(tmp_path / "torch" / "audit_raw.npz") as zb:
         assert sorted(za.files) == sorted(zb.files)
         for k in za.files:

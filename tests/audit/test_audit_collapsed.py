@@ -1,9 +1,9 @@
-"""``plga audit --collapse`` writes the project's one collapsed format (``PLDRModel.save_collapsed``).
+"""``plga audit --collapse`` writes the project's one collapsed format (:mod:`plga.reference.checkpoint`).
 
 The audit-written folder loads with ``plga.kernels.PLDRModel.from_pretrained`` and decodes
-exactly like kvg decoding of the original model with the same constant G; the audit's
-reference reader (:func:`plga.audit.collapsed.read_collapsed`) reads the same folder; the
-NumPy writer used without torch writes the same bytes as the kernels' writer.
+exactly like kvg decoding of the original model with the same constant G; the reference
+reader (:func:`plga.reference.checkpoint.load_collapsed`) reads the same folder; the audit's
+writer (no torch) writes the same bytes as ``PLDRModel.collapse(G).save_collapsed``.
 """
 
 from __future__ import annotations
@@ -15,17 +15,19 @@ import pytest
 
 from plga.audit import AuditSizes, run_audit
 from plga.audit import backend as audit_backend
-from plga.audit.collapsed import (
-    COLLAPSED_KEY,
-    FILE_METADATA,
-    collapsed_shapes,
-    is_collapsed_folder,
-    read_collapsed,
-    write_collapsed,
-)
+from plga.audit.collapsed import write_collapsed
 from plga.audit.model import random_params
 from plga.reference import decoder as dec
-from plga.reference.checkpoint import CheckpointError, load_checkpoint, save_safetensors
+from plga.reference.checkpoint import (
+    COLLAPSED_KEY,
+    FILE_METADATA,
+    CheckpointError,
+    collapsed_shapes,
+    is_collapsed,
+    load_checkpoint,
+    load_collapsed,
+    save_safetensors,
+)
 from plga.reference.config import PLDRConfig
 
 CONFIG = PLDRConfig(num_layers=2, d_model=32, num_heads=2, dff=48, A_dff=16, num_reslayerA=2, num_denseA=2, input_vocab_size=64, max_seq_len=64)
@@ -34,11 +36,7 @@ SIZES = AuditSizes(n_decode_prompts=2, n_decode_steps=4, n_order_prompts=1, n_or
 PROMPTS = [[5, 9, 17, 21, 30], [7, 8, 9, 10, 11, 12, 13], [40, 2, 33]]
 
 
-def _split(path) -> tuple[dict, bytes]:
-    """(parsed JSON header, data bytes) of a safetensors file."""
-    blob = path.read_bytes()
-    n = int.from_bytes(blob[:8], "little")
-    return json.loads(blob[8 : 8 + n]), blob[8 + n :]
+WRITER = "plga.reference.checkpoint.save_safetensors"
 
 
 def _has_torch() -> bool:
@@ -64,16 +62,15 @@ def test_folder_has_the_kernels_format(audited):
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg == {**CONFIG.to_upstream(), "collapsed": True}
     with safe_open(str(folder / "model.safetensors"), "np") as f:
-        assert f.metadata() == FILE_METADATA
+        assert f.metadata() == FILE_METADATA == {"format": "pt"}
         keys = set(f.keys())
         assert keys == set(collapsed_shapes(CONFIG))
         stored = f.get_tensor(COLLAPSED_KEY)
     assert stored.dtype == np.float32 and stored.shape == (2, 2, 16, 16)
     assert np.array_equal(stored.astype(np.float64), g), "the stored G is the audited constant operator"
     assert not any(".reslayerAs." in k or ".plgatt_layer." in k or ".mha1.layernorm1." in k for k in keys)
-    assert is_collapsed_folder(folder) and rec["collapse"]["G_key"] == COLLAPSED_KEY
-    want = "plga.kernels.PLDRModel.save_collapsed" if _has_torch() else "plga.audit.collapsed (numpy)"
-    assert rec["collapse"]["writer"] == want
+    assert is_collapsed(folder) and is_collapsed(folder / "model.safetensors")
+    assert rec["collapse"]["G_key"] == COLLAPSED_KEY and rec["collapse"]["writer"] == WRITER
 
 
 def test_kernels_load_the_audit_checkpoint_and_decode_like_kvg(audited):
@@ -99,9 +96,9 @@ def test_kernels_load_the_audit_checkpoint_and_decode_like_kvg(audited):
 
 
 def test_reference_reads_the_audit_checkpoint(audited):
-    """The audit's reader gives the reference a constant-G model equal to kvg decoding with G."""
+    """The reference reader gives a constant-G model equal to kvg decoding with G."""
     params, _, g, folder = audited
-    cparams, config, cg = read_collapsed(folder)
+    cparams, config, cg = load_collapsed(folder)
     assert config == CONFIG
     assert set(cparams) == set(collapsed_shapes(CONFIG)) - {COLLAPSED_KEY}
     assert all(np.array_equal(cparams[k], params[k]) for k in cparams)
@@ -111,8 +108,8 @@ def test_reference_reads_the_audit_checkpoint(audited):
         a = dec.generate(c64, config, np.asarray([p]), 6, "constant", constant_g=cg)
         b = dec.generate(p64, CONFIG, np.asarray([p]), 6, "kvg", constant_g=cg)
         assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.step_logits, b.step_logits)
-    with pytest.raises(CheckpointError):
-        load_checkpoint(folder)  # the reference loader requires the metric learner
+    with pytest.raises(CheckpointError, match="load_collapsed"):
+        load_checkpoint(folder)  # the full-model loader requires the metric learner
 
 
 def test_reference_and_kernels_readers_agree(audited):
@@ -120,7 +117,7 @@ def test_reference_and_kernels_readers_agree(audited):
     from plga.kernels import PLDRModel
 
     _, _, _, folder = audited
-    cparams, config, cg = read_collapsed(folder)
+    cparams, config, cg = load_collapsed(folder)
     model = PLDRModel.from_pretrained(folder, dtype=torch.float64)
     for p in PROMPTS:
         want = dec.generate(dec.to_backend(cparams), config, np.asarray([p]), 5, "constant", constant_g=cg)
@@ -130,32 +127,31 @@ def test_reference_and_kernels_readers_agree(audited):
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
-def test_numpy_writer_writes_the_kernels_bytes(tmp_path, dtype):
-    """Without torch the audit writes the identical files (so from_pretrained loads them)."""
-    pytest.importorskip("torch")
+def test_audit_writer_writes_the_kernels_bytes(tmp_path, dtype):
+    """``write_collapsed`` (no torch) and ``PLDRModel.collapse(G).save_collapsed`` write identical files."""
+    torch = pytest.importorskip("torch")
+    from plga.kernels import PLDRModel
+
     params = {k: v.astype(dtype) for k, v in random_params(CONFIG, seed=4).items()}
     g = np.random.default_rng(0).normal(size=(2, 2, 16, 16))
-    _, wk = write_collapsed(params, CONFIG, g, tmp_path / "k", writer="kernels")
-    _, wn = write_collapsed(params, CONFIG, g, tmp_path / "n", writer="numpy")
-    assert wk != wn
-    assert (tmp_path / "k" / "config.json").read_bytes() == (tmp_path / "n" / "config.json").read_bytes()
-    # safetensors writes its two metadata entries in either order (a Rust HashMap), so compare the
-    # parsed header (names, dtypes, shapes, offsets, metadata) and the data bytes
-    hk, dk = _split(tmp_path / "k" / "model.safetensors")
-    hn, dn = _split(tmp_path / "n" / "model.safetensors")
-    assert hk == hn and dk == dn
-    _, _, cg = read_collapsed(tmp_path / "n")
+    write_collapsed(params, CONFIG, g, tmp_path / "a")
+    tdtype = {np.float16: torch.float16, np.float32: torch.float32, np.float64: torch.float64}[dtype]
+    model = PLDRModel.from_reference(params, CONFIG, dtype=tdtype, device="cpu")
+    model.collapse(g).save_collapsed(tmp_path / "k")
+    for name in ("config.json", "model.safetensors"):
+        assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "k" / name).read_bytes(), name
+    _, _, cg = load_collapsed(tmp_path / "a")
     assert cg[0].dtype == (np.float32 if dtype == np.float16 else dtype)
 
 
-def test_audit_without_torch_uses_the_numpy_writer(tmp_path, monkeypatch):
+def test_audit_without_torch_reads_with_the_reference(tmp_path, monkeypatch):
     monkeypatch.setattr(audit_backend, "torch_available", lambda: False)
     params = random_params(CONFIG, seed=21)
     sizes = AuditSizes(n_decode_prompts=1, n_decode_steps=2, n_order_prompts=1, n_order_tokens=1, n_pool_rows=4,
                        n_pairs=5, o3_prompts=1, o4_contexts=1, o4_cand_len=1)
     rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS[:1], out_dir=tmp_path, collapse=True, sizes=sizes, progress=False, plots=False)
-    assert rec["collapse"]["writer"] == "plga.audit.collapsed (numpy)"
-    assert rec["collapse"]["reader"] == "plga.audit.collapsed.read_collapsed"
+    assert rec["collapse"]["writer"] == WRITER
+    assert rec["collapse"]["reader"] == "plga.reference.checkpoint.load_collapsed"
     c = rec["summary"]["collapse"]["cache_fidelity"]
     assert c["tokens_equal"] and c["max_dlogit"] == 0.0
     if _has_torch():
@@ -170,20 +166,20 @@ def test_reader_rejects_what_is_not_a_collapsed_checkpoint(tmp_path):
     params = random_params(CONFIG, seed=1)
     save_safetensors(params, CONFIG, tmp_path / "full")
     with pytest.raises(CheckpointError, match="not a collapsed checkpoint"):
-        read_collapsed(tmp_path / "full")
-    write_collapsed(params, CONFIG, np.zeros((2, 2, 16, 16)), tmp_path / "c", writer="numpy")
+        load_collapsed(tmp_path / "full")
+    write_collapsed(params, CONFIG, np.zeros((2, 2, 16, 16)), tmp_path / "c")
     from safetensors.numpy import load_file, save_file
 
     state = load_file(str(tmp_path / "c" / "model.safetensors"))
     state["decoder.dec_layers.0.mha1.layernorm1.weight"] = np.ones(16, dtype=np.float32)
     save_file(state, str(tmp_path / "c" / "model.safetensors"))
     with pytest.raises(CheckpointError, match="unexpected"):
-        read_collapsed(tmp_path / "c")
+        load_collapsed(tmp_path / "c")
     with pytest.raises(ValueError, match="shape"):
         write_collapsed(params, CONFIG, np.zeros((2, 16, 16)), tmp_path / "x")
 
 
 def test_audit_refuses_a_collapsed_checkpoint(tmp_path):
-    write_collapsed(random_params(CONFIG, seed=1), CONFIG, np.zeros((2, 2, 16, 16)), tmp_path / "c", writer="numpy")
+    write_collapsed(random_params(CONFIG, seed=1), CONFIG, np.zeros((2, 2, 16, 16)), tmp_path / "c")
     with pytest.raises(ValueError, match="collapsed checkpoint"):
         run_audit(checkpoint=str(tmp_path / "c"), out_dir=tmp_path / "o", progress=False, plots=False)

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from plga.audit import AuditSizes, jsonable, run_audit, stats, summarize
-from plga.audit.collapsed import COLLAPSED_KEY, read_collapsed
 from plga.audit.model import random_params
+from plga.reference.checkpoint import COLLAPSED_KEY, load_collapsed
 from plga.reference.config import PLDRConfig
 
 CONFIG = PLDRConfig(num_layers=2, d_model=32, num_heads=2, dff=48, A_dff=16, num_reslayerA=2, num_denseA=2, input_vocab_size=64, max_seq_len=64)
@@ -63,7 +63,7 @@ def test_collapsed_by_construction_reports_exact_zeros(collapsed_run):
 
 def test_collapsed_checkpoint_holds_the_constant_operator(collapsed_run):
     rec, out = collapsed_run
-    params, config, g = read_collapsed(out / "collapsed")
+    params, config, g = load_collapsed(out / "collapsed")
     assert config == CONFIG
     assert json.loads((out / "collapsed" / "config.json").read_text())["collapsed"] is True
     assert not any("reslayerAs" in k or "plgatt_layer" in k or "mha1.layernorm1" in k for k in params)

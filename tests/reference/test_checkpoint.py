@@ -4,14 +4,20 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 
 import numpy as np
 import pytest
 
 from plga.reference.checkpoint import (
+    COLLAPSED_KEY,
     CheckpointError,
+    collapsed_shapes,
     expected_shapes,
+    is_collapsed,
+    is_learner_key,
     load_checkpoint,
+    load_collapsed,
     random_params,
     save_safetensors,
     validate_state_dict,
@@ -87,7 +93,7 @@ def test_bad_state_dicts_are_refused_with_the_keys_named(params, mutate, message
 def test_every_problem_is_listed_at_once(params):
     params.pop("final_layer.bias")
     params["surplus"] = np.zeros(1, np.float32)
-    with pytest.raises(CheckpointError, match="missing keys .*; unexpected keys"):
+    with pytest.raises(CheckpointError, match=r"missing keys .*; unexpected keys"):
         validate_state_dict(params, CONFIG)
 
 
@@ -109,7 +115,7 @@ def test_truncated_pth_is_refused(tmp_path, params):
     path = _save_pth(tmp_path, params)
     data = path.read_bytes()
     path.write_bytes(data[: len(data) // 2])
-    with pytest.raises(CheckpointError, match="model.pth"):
+    with pytest.raises(CheckpointError, match=r"model\.pth"):
         load_checkpoint(path)
 
 
@@ -175,5 +181,113 @@ def test_config_that_disagrees_with_the_weights_is_refused(tmp_path, params):
 )
 def test_invalid_configs_are_refused(field, value):
     kwargs = CONFIG.to_upstream() | {field: value}
-    with pytest.raises(ValueError, match="PLDRConfig|divisible|even"):
+    with pytest.raises(ValueError, match=r"PLDRConfig|divisible|even"):
         PLDRConfig.from_upstream(kwargs)
+
+
+# --- collapsed checkpoints and the one writer -------------------------------------------------
+
+
+def _collapsed_state(params, g=None):
+    """The collapsed state of ``params``: non-learner tensors + a constant G [L, H, d, d]."""
+    state = {k: v for k, v in params.items() if not is_learner_key(k)}
+    shape = (CONFIG.num_layers, CONFIG.num_heads, CONFIG.depth, CONFIG.depth)
+    state[COLLAPSED_KEY] = np.random.default_rng(3).normal(size=shape).astype(np.float32) if g is None else g
+    return state
+
+
+def test_save_safetensors_is_byte_reproducible(tmp_path, params):
+    """Two writes of one model give identical files (one metadata entry: no random header order)."""
+    pytest.importorskip("safetensors")
+    for name in ("a", "b"):
+        save_safetensors(params, CONFIG, tmp_path / name)
+        save_safetensors(_collapsed_state(params), CONFIG, tmp_path / f"c{name}", collapsed=True)
+    for a, b in (("a", "b"), ("ca", "cb")):
+        for f in ("model.safetensors", "config.json"):
+            assert (tmp_path / a / f).read_bytes() == (tmp_path / b / f).read_bytes(), (a, f)
+    from safetensors import safe_open
+
+    with safe_open(str(tmp_path / "ca" / "model.safetensors"), "np") as f:
+        assert f.metadata() == {"format": "pt"}
+    assert json.loads((tmp_path / "ca" / "config.json").read_text()) == {**CONFIG.to_upstream(), "collapsed": True}
+    assert "collapsed" not in json.loads((tmp_path / "a" / "config.json").read_text())
+    with pytest.raises(ValueError, match=COLLAPSED_KEY):
+        save_safetensors(params, CONFIG, tmp_path / "x", collapsed=True)
+    with pytest.raises(ValueError, match=COLLAPSED_KEY):
+        save_safetensors(_collapsed_state(params), CONFIG, tmp_path / "y")
+
+
+def test_collapsed_round_trip(tmp_path, params):
+    pytest.importorskip("safetensors")
+    state = _collapsed_state(params)
+    out = save_safetensors(state, CONFIG, tmp_path, collapsed=True)
+    assert is_collapsed(tmp_path) and is_collapsed(out) and not is_collapsed(tmp_path / "config.json")
+    for path in (tmp_path, out):
+        loaded, config, gs = load_collapsed(path)
+        assert config == CONFIG and set(loaded) == set(collapsed_shapes(CONFIG)) - {COLLAPSED_KEY}
+        assert all(np.array_equal(loaded[k], state[k]) for k in loaded)
+        assert len(gs) == CONFIG.num_layers
+        assert np.array_equal(np.stack(gs), state[COLLAPSED_KEY])
+
+
+def test_load_checkpoint_refuses_a_collapsed_folder(tmp_path, params):
+    pytest.importorskip("safetensors")
+    out = save_safetensors(_collapsed_state(params), CONFIG, tmp_path, collapsed=True)
+    for path in (tmp_path, out):
+        with pytest.raises(CheckpointError, match=r"collapsed checkpoint.*load_collapsed.*PLDRModel.from_pretrained"):
+            load_checkpoint(path)
+
+
+def _tamper(folder, **changes):
+    from safetensors.numpy import load_file, save_file
+
+    state = load_file(str(folder / "model.safetensors"))
+    for k, v in changes.items():
+        if v is None:
+            state.pop(k)
+        else:
+            state[k] = v
+    save_file(state, str(folder / "model.safetensors"))
+
+
+G_SHAPE = (CONFIG.num_layers, CONFIG.num_heads, CONFIG.depth, CONFIG.depth)
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({COLLAPSED_KEY: None}, "model.safetensors is not a collapsed model .*missing keys " + re.escape(f"['{COLLAPSED_KEY}']")),
+        (
+            {COLLAPSED_KEY: np.zeros((1, 2, 8, 4), np.float32)},
+            "model.safetensors is not a collapsed model .*mis-shaped tensors .*"
+            + re.escape(f"{COLLAPSED_KEY}: expected {G_SHAPE}, got (1, 2, 8, 4)"),
+        ),
+        ({COLLAPSED_KEY: np.full(G_SHAPE, np.nan, np.float32)}, f"model.safetensors has non-finite values .*{COLLAPSED_KEY}"),
+        ({COLLAPSED_KEY: np.zeros(G_SHAPE, np.int32)}, f"model.safetensors has tensors that are not floating point.*{COLLAPSED_KEY}"),
+        (
+            {"decoder.dec_layers.0.mha1.layernorm1.weight": np.ones(CONFIG.depth, np.float32)},
+            "model.safetensors is not a collapsed model .*unexpected keys .*mha1.layernorm1.weight",
+        ),
+    ],
+    ids=["missing-G", "misshaped-G", "nonfinite-G", "integer-G", "learner-key"],
+)
+def test_load_collapsed_refuses_bad_files_naming_file_and_keys(tmp_path, params, change, message):
+    pytest.importorskip("safetensors")
+    save_safetensors(_collapsed_state(params), CONFIG, tmp_path, collapsed=True)
+    _tamper(tmp_path, **change)
+    with pytest.raises(CheckpointError, match=message):
+        load_collapsed(tmp_path)
+
+
+def test_load_collapsed_refuses_what_is_not_collapsed(tmp_path, params):
+    pytest.importorskip("safetensors")
+    save_safetensors(params, CONFIG, tmp_path / "full")
+    assert not is_collapsed(tmp_path / "full")
+    with pytest.raises(CheckpointError, match=r'not a collapsed checkpoint .*"collapsed": true'):
+        load_collapsed(tmp_path / "full")
+    with pytest.raises(CheckpointError, match="does not exist"):
+        load_collapsed(tmp_path / "absent")
+    save_safetensors(_collapsed_state(params), CONFIG, tmp_path / "two", collapsed=True)
+    (tmp_path / "two" / "other.safetensors").write_bytes((tmp_path / "two" / "model.safetensors").read_bytes())
+    with pytest.raises(CheckpointError, match=r"exactly one \.safetensors"):
+        load_collapsed(tmp_path / "two")
