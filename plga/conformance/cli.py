@@ -9,6 +9,8 @@ collected, …); ``--write-vectors`` returns 0 after writing.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import os
 import sys
 from collections.abc import Sequence
@@ -87,7 +89,18 @@ def run_from_args(args: argparse.Namespace) -> int:
         os.environ["PLGA_PROFILE"] = args.profile
     import pytest
 
-    return int(pytest.main(pytest_args(args)))
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        code = int(pytest.main(pytest_args(args)))
+    text = err.getvalue()
+    if code == pytest.ExitCode.USAGE_ERROR:
+        # pytest's usage error spans several lines; the CLI contract is one line
+        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+        reason = next((ln for ln in lines if "error:" in ln and not ln.startswith("ERROR: usage")), lines[-1] if lines else "")
+        sys.stderr.write(f"plga conformance: error: {reason.split('error:', 1)[-1].strip()}\n")
+    else:
+        sys.stderr.write(text)
+    return code
 
 
 def conformance_main(argv: Sequence[str] | None = None) -> int:
