@@ -4,5 +4,4 @@
 PLDR-LLM v510 decoder with its caches from them; :mod:`.checkpoint` loads weights safely.
 """
 
-from .spec import *  # noqa: F403
-from .spec import LEAN_NAMES
+from .spec import *  # noqa: F403  (the spec functions are the package's public names)

@@ -18,7 +18,7 @@ import numpy as np
 
 from . import spec
 from .config import PLDRConfig
-from .numerics import Array, DEFAULT_DPS, as_float64, float32_sqrt, is_mp, scalar, to_mp
+from .numerics import DEFAULT_DPS, Array, as_float64, float32_sqrt, is_mp, scalar, to_mp
 
 #: Generation modes (SPEC §3). ``constant`` needs a per-layer G and never runs the learner.
 MODES = ("nocache", "kv", "kvg", "constant")
@@ -468,7 +468,25 @@ def generate(
 
 
 __all__ = [
-    "MODES", "DEFAULT_DPS", "ForwardResult", "NonFiniteError", "backend_params", "check_activation", "check_finite", "GenerationResult", "LayerCache", "attention_support",
-    "decoder_layer", "embed", "forward", "generate", "generator", "is_mp", "metric_learner_units",
-    "power_stage", "sample_next", "step", "to_backend",
+    "DEFAULT_DPS",
+    "MODES",
+    "ForwardResult",
+    "GenerationResult",
+    "LayerCache",
+    "NonFiniteError",
+    "attention_support",
+    "backend_params",
+    "check_activation",
+    "check_finite",
+    "decoder_layer",
+    "embed",
+    "forward",
+    "generate",
+    "generator",
+    "is_mp",
+    "metric_learner_units",
+    "power_stage",
+    "sample_next",
+    "step",
+    "to_backend",
 ]

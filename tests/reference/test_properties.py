@@ -19,12 +19,11 @@ from plga.reference import spec
 finite = st.floats(-8, 8, allow_nan=False, allow_subnormal=False)
 
 
-def matrices(rows=st.integers(1, 6), cols=st.integers(1, 6), elements=finite):
+SIDES = st.integers(1, 6)
+
+
+def matrices(rows=SIDES, cols=SIDES, elements=finite):
     return st.tuples(rows, cols).flatmap(lambda rc: arrays(np.float64, rc, elements=elements))
-
-
-def vectors(n=st.integers(1, 8), elements=finite):
-    return n.flatmap(lambda k: arrays(np.float64, (k,), elements=elements))
 
 
 def even_dim():
