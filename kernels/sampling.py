@@ -9,27 +9,10 @@ and one token is drawn with a seeded ``torch.Generator``.
 
 from __future__ import annotations
 
-import math
-
-import numpy as np
 import torch
 from torch import Tensor
 
-from ..reference.decoder import NonFiniteError
-
-
-def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    """Finite temperature ≥ 0, integer top_k ≥ 0, 0 < top_p ≤ 1 (NaN and inf are refused)."""
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-        raise TypeError(f"top_k must be an integer, got {top_k!r}")
-    for name, value in (("temperature", temperature), ("top_p", top_p)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name} must be a number, got {value!r}")
-    if not (math.isfinite(temperature) and temperature >= 0) or not (0 < top_p <= 1) or top_k < 0:
-        raise ValueError(f"need finite temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
-
-
-_check = check_sampling
+from ..reference.decoder import NonFiniteError, check_sampling
 
 
 def _check_logits(logits: Tensor) -> None:
@@ -47,7 +30,7 @@ def sampling_distribution(
     ``probs[b, r]`` is the probability of drawing token ``ids[b, r]``; entries past the kept
     set are exactly 0. Temperature must be > 0 here.
     """
-    _check(temperature, top_k, top_p)
+    check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         raise ValueError("sampling_distribution needs temperature > 0 (temperature 0 is greedy)")
     _check_logits(logits)
@@ -75,7 +58,7 @@ def sample_next(
     top_p: float = 1.0,
 ) -> Tensor:
     """Next token ids [B] (int64) from last-position logits [B, V]."""
-    _check(temperature, top_k, top_p)
+    check_sampling(temperature, top_k, top_p)
     if temperature == 0:
         return torch.argmax(logits, dim=-1)  # the model already refused non-finite activations
     if generator is None:

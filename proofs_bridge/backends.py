@@ -284,7 +284,7 @@ class F64:
                 if not math.isfinite(e_in):
                     return Tr(y, math.inf)
                 pert = []
-                for a, r in zip(args, mp_args):
+                for a, r in zip(args, mp_args, strict=True):
                     if isinstance(a, Tr) and a.e > 0:
                         s = self.rng.choice([-1.0, 1.0], size=np.shape(r))
                         pert.append(r + _to_mp(s * a.e))
@@ -421,7 +421,7 @@ class Exact:
 
     def matmul(self, a, b):
         m, k = a.shape
-        k2, n = b.shape
+        _k2, n = b.shape
         out = np.empty((m, n), dtype=object)
         for i in range(m):
             for j in range(n):
@@ -514,7 +514,7 @@ class Exact:
         for x in list(a.flat) + list(b.flat):
             if isinstance(x, mpmath.mpc):
                 raise NonReal(f"non-real value {x} in a comparison")
-        d = max((abs(x - y) for x, y in zip(a.flat, b.flat)), default=mpmath.mpf(0))
+        d = max((abs(x - y) for x, y in zip(a.flat, b.flat, strict=False)), default=mpmath.mpf(0))
         t = self.tol(a, b)
         return bool(d <= t), float(d), float(t)
 

@@ -94,7 +94,7 @@ def ty_eq(a: Ty, b: Ty) -> bool:
         return size_eq(m1, m2) and size_eq(n1, n2)
     if a.kind != b.kind or len(a.args) != len(b.args):
         return False
-    for x, y in zip(a.args, b.args):
+    for x, y in zip(a.args, b.args, strict=True):
         if isinstance(x, Ty):
             if not (isinstance(y, Ty) and ty_eq(x, y)):
                 return False
@@ -228,10 +228,10 @@ def unify(pattern: Ty, actual: Ty, sub: dict[str, Any], pvars: set[str]) -> bool
         return True
     if is_mat_like(pattern) and is_mat_like(actual):
         pa, aa = as_mat(pattern), as_mat(actual)
-        return all(_unify_size(p, a, sub, pvars) for p, a in zip(pa, aa))
+        return all(_unify_size(p, a, sub, pvars) for p, a in zip(pa, aa, strict=True))
     if pattern.kind != actual.kind or len(pattern.args) != len(actual.args):
         return False
-    for p, a in zip(pattern.args, actual.args):
+    for p, a in zip(pattern.args, actual.args, strict=True):
         if isinstance(p, Ty):
             if not (isinstance(a, Ty) and unify(p, a, sub, pvars)):
                 return False
@@ -445,7 +445,7 @@ class Typer:
         n = len(sig.params)
         if len(args) < n:
             raise Outside(f"partial application of {sig.name}")
-        pairs = list(zip(sig.params, args[:n]))
+        pairs = list(zip(sig.params, args[:n], strict=True))
         # arguments that fix the implicit sizes first; fun and numerals then get their types
         late = [p for p in pairs if isinstance(p[1], (S.Lam, S.Num, S.Neg))]
         for (_pname, ptype), arg in [p for p in pairs if p not in late] + late:
@@ -522,7 +522,7 @@ class Typer:
                 return REAL
             raise Outside(f"power {base} ^ {e}")
         if op == "•":
-            self.infer(node.left, env, REAL if not isinstance(node.left, S.Num) else REAL)
+            self.infer(node.left, env, REAL)
             return self.infer(node.right, env, expected)
         if op == "*ᵥ":
             m = self.infer(node.left, env, None)
@@ -547,17 +547,17 @@ class Typer:
         if op == "×":
             raise Outside("product types in a statement")
         # + - * / ⊙ : infer the non-numeral side first so numerals get its type
-        l, r = node.left, node.right
-        first, second = (r, l) if _is_numeral(l) and not _is_numeral(r) else (l, r)
+        lhs, rhs = node.left, node.right
+        first, second = (rhs, lhs) if _is_numeral(lhs) and not _is_numeral(rhs) else (lhs, rhs)
         pass_exp = expected if not (op == "*" and expected is not None and is_mat_like(expected)) else None
         t1 = self.infer(first, env, pass_exp)
-        if op == "*" and is_mat_like(t1) and first is l:
+        if op == "*" and is_mat_like(t1) and first is lhs:
             t2 = self.infer(second, env, mat(as_mat(t1)[1], as_mat(t1)[1]) if _is_numeral(second) else None)
-        elif op == "*" and is_mat_like(t1) and first is r:
+        elif op == "*" and is_mat_like(t1) and first is rhs:
             t2 = self.infer(second, env, mat(as_mat(t1)[0], as_mat(t1)[0]))
         else:
             t2 = self.infer(second, env, t1 if (_is_numeral(second) or op != "*") else None)
-        tl, tr = (t1, t2) if first is l else (t2, t1)
+        tl, tr = (t1, t2) if first is lhs else (t2, t1)
         if op == "*" and is_mat_like(tl) and is_mat_like(tr) and (tl.kind == "Mat" or tr.kind == "Mat"):
             (a, b), (c, d) = as_mat(tl), as_mat(tr)
             if not size_eq(b, c):
@@ -587,14 +587,14 @@ class Typer:
             raise IllTyped(f"{S.show(node)} : {got} where {t} is expected")
 
     def _rel(self, node: S.Rel, env: Env) -> Ty:
-        l, r = node.left, node.right
+        lhs, rhs = node.left, node.right
         if node.op in ("∈", "∉"):
-            s = self.infer(r, env, None)
+            s = self.infer(rhs, env, None)
             if s.kind != "Finset":
                 raise Outside(f"membership in {s}")
-            self._expect(l, env, s.args[0])
+            self._expect(lhs, env, s.args[0])
             return PROP
-        first, second = (r, l) if _is_numeral(l) and not _is_numeral(r) else (l, r)
+        first, second = (rhs, lhs) if _is_numeral(lhs) and not _is_numeral(rhs) else (lhs, rhs)
         t1 = self.infer(first, env, None)
         t2 = self.infer(second, env, t1)
         if not ty_eq(t1, t2):
@@ -672,7 +672,7 @@ class Typer:
                     if _sizes(t) & {sp.Symbol(v) for v in sig.implicits}:
                         # resolve the implicit sizes from the other (typable) arguments
                         s: dict[str, Any] = {}
-                        for (_, pt), a in zip(sig.params, app.args):
+                        for (_, pt), a in zip(sig.params, app.args, strict=False):
                             if a is app.args[k]:
                                 continue
                             try:

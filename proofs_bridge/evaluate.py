@@ -294,7 +294,7 @@ class Evaluator:
         sizes = {k: self.size(v, env) for k, v in sub.items() if not isinstance(v, Ty)}
         if (self.unfold or impl.python is None) and impl.body is not None and impl.typer is not None:
             inner = dict(sizes)
-            for (pname, pt), v in zip(sig.params, vals):
+            for (pname, pt), v in zip(sig.params, vals, strict=False):
                 inner[pname] = self.real(v) if pt == REAL else v
             sub_eval = Evaluator(impl.typer, self.b, self.impls, self.unfold)
             body = impl.body
@@ -306,7 +306,7 @@ class Evaluator:
                     continue
                 if not isinstance(body, S.Lam):
                     break
-                for k, b in enumerate(body.binders):
+                for _k, b in enumerate(body.binders):
                     if not rest:
                         raise Outside("partial application of a fun body")
                     if b.name != "_":
@@ -317,7 +317,7 @@ class Evaluator:
             return self.index(out, rest)
         elif impl.python is not None and self.b.kind != "sy":
             res_t = self.t.types[id(at)] if not args[n:] else None
-            py_args = [self.real(v) if pt == REAL else v for (pname, pt), v in zip(sig.params, vals)]
+            py_args = [self.real(v) if pt == REAL else v for (pname, pt), v in zip(sig.params, vals, strict=False)]
             py_args += [sizes[lean] for lean in impl.extra.values()]
             out = self.b.call(impl.python, py_args)
             full_t = _result_type(self.t, at, sig, sub)
@@ -424,7 +424,8 @@ class Evaluator:
         if op in ("∈", "∉"):
             x, s = self.value(node.left, env), self.value(node.right, env)
             return (x in s.elems) == (op == "∈")
-        lt, rt = self.ty(node.left), self.ty(node.right)
+        lt = self.ty(node.left)
+        self.ty(node.right)  # kept for the Outside it raises on an untyped right side
         a, b = self.value(node.left, env), self.value(node.right, env)
         text = S.show(node)
         if isinstance(a, (int, np.integer)) and isinstance(b, (int, np.integer)):

@@ -101,7 +101,7 @@ def _prefix_pairs(xs: list[list[int]]) -> list[tuple[list[int], list[int]]]:
     for x in xs:
         for r in range(len(x) + 1):
             pairs.append((x, x[: r + 1]))
-            pairs.append((x, x[: r + 1] + [9]))
+            pairs.append((x, [*x[: r + 1], 9]))
     return pairs
 
 
@@ -262,7 +262,7 @@ def _toy_model(rng: np.random.Generator, L: int, d: int, vocab: int = 6):
 
 
 def _bitwise_rows(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
-    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b))
+    return len(a) == len(b) and all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 @check("inference_collapse")
@@ -271,12 +271,17 @@ def _inference_collapse(ctx: Ctx) -> HandResult:
     L, d = 2, 3
     F = _toy_model(rng, L, d)
     gstar = [rng.normal(size=(d, d)) for _ in range(L)]
-    s = lambda x: len(x) % 2 == 0  # the input set
-    gen = lambda x: [g.copy() for g in gstar] if s(x) else [g + 0.1 * len(x) for g in gstar]
+
+    def s(x):  # the input set
+        return len(x) % 2 == 0
+
+    def gen(x):
+        return [g.copy() for g in gstar] if s(x) else [g + 0.1 * len(x) for g in gstar]
+
     n = 0
     for x in _lists(rng, ctx.max_examples):
         if s(x):
-            expect(all(np.array_equal(a, b) for a, b in zip(gen(x), gstar)), "hypothesis")
+            expect(all(np.array_equal(a, b) for a, b in zip(gen(x), gstar, strict=True)), "hypothesis")
             expect(_bitwise_rows(F(gen(x), x), F(gstar, x)), f"x={x}: outputs differ")
             n += 1
     return HandResult(n)
@@ -288,16 +293,18 @@ def _generator_collapse(ctx: Ctx) -> HandResult:
     L, d, eps = 2, 3, 1e-9
     astar = [rng.normal(size=(d, d)) for _ in range(L)]
     W, B, P, a, ba = ([rng.normal(size=(d, d)) for _ in range(L)] for _ in range(5))
-    A = lambda x: [m.copy() for m in astar] if len(x) < 4 else [m + 1 for m in astar]
+
+    def A(x):
+        return [m.copy() for m in astar] if len(x) < 4 else [m + 1 for m in astar]
 
     def G(As: list[np.ndarray]) -> list[np.ndarray]:
-        return [spec.energy_curvature(spec.hadamard_power(spec.metric_tensor(As[l], W[l], B[l], eps), P[l]), a[l], ba[l])
-                for l in range(L)]
+        return [spec.energy_curvature(spec.hadamard_power(spec.metric_tensor(As[i], W[i], B[i], eps), P[i]), a[i], ba[i])
+                for i in range(L)]
 
     n = 0
     for x in _lists(rng, ctx.max_examples):
         if len(x) < 4:
-            expect(all(np.array_equal(u, v) for u, v in zip(G(A(x)), G(astar))), f"x={x}")
+            expect(all(np.array_equal(u, v) for u, v in zip(G(A(x)), G(astar), strict=True)), f"x={x}")
             n += 1
     return HandResult(n)
 
@@ -310,7 +317,10 @@ def _collapse_pc(ctx: Ctx) -> HandResult:
     gstar = [rng.normal(size=(d, d)) for _ in range(L)]
     xs = [x for x in _lists(rng, ctx.max_examples) if x]
     expect(ol.prefix_consistent(lambda x: F(gstar, x), xs), "hypothesis hF fails for the causal toy model")
-    gen = lambda x: [g.copy() for g in gstar]
+
+    def gen(x):
+        return [g.copy() for g in gstar]
+
     expect(ol.prefix_consistent(lambda x: F(gen(x), x), xs), "collapsed model is not prefix consistent")
     return HandResult(len(xs))
 
@@ -465,7 +475,7 @@ def _softmax_iff(ctx: Ctx) -> HandResult:
         # ⇒: the proof's witness c = log Σ e^y − log Σ e^x recovers the shift
         with mpmath.workdps(ctx.dps):
             w = mpmath.log(sum(mpmath.exp(v) for v in y)) - mpmath.log(sum(mpmath.exp(v) for v in x))
-            expect(all(abs(mpmath.mpf(yi) - mpmath.mpf(xi) - w) < 1e-12 for xi, yi in zip(x, y)), "witness")
+            expect(all(abs(mpmath.mpf(yi) - mpmath.mpf(xi) - w) < 1e-12 for xi, yi in zip(x, y, strict=True)), "witness")
         if n > 1:  # a non-constant change makes both sides false
             z = x.copy()
             z[0] += 1.0
@@ -527,7 +537,10 @@ def _rope_rel(ctx: Ctx) -> HandResult:
         theta = rng.uniform(-2, 2, m)
         G = _block_scalar(rng, m)
         u, v = rng.uniform(-5, 5, 2)
-        R = lambda p: spec.rope_matrix(p, theta)
+
+        def R(p, theta=theta):
+            return spec.rope_matrix(p, theta)
+
         expect(_close(G @ R(1.3), R(1.3) @ G, 16), "hypothesis")
         err = float(np.max(np.abs(R(u).T @ G @ R(v) - G @ R(v - u))))
         worst = max(worst, err)
@@ -545,7 +558,10 @@ def _rope_scores(ctx: Ctx) -> HandResult:
         G = _block_scalar(rng, m)
         p, p2 = rng.uniform(-5, 5, 2)
         q, k = rng.uniform(-3, 3, 2 * m), rng.uniform(-3, 3, 2 * m)
-        R = lambda t: spec.rope_matrix(t, theta)
+
+        def R(t, theta=theta):
+            return spec.rope_matrix(t, theta)
+
         lhs = (R(p) @ q) @ (G @ (R(p2) @ k))
         rhs = q @ ((G @ R(p2 - p)) @ k)
         err = abs(lhs - rhs)
@@ -562,7 +578,7 @@ def _norm_one_sub_exp(ctx: Ctx) -> HandResult:
     rng = ctx.rng
     worst = 0.0
     with mpmath.workdps(ctx.dps):
-        for w in list(rng.uniform(-20, 20, ctx.max_examples)) + [0.0, 2 * math.pi]:
+        for w in [*rng.uniform(-20, 20, ctx.max_examples), 0.0, 2 * math.pi]:
             lhs = abs(1 - mpmath.exp(mpmath.mpc(0, w)))
             rhs = 2 * abs(mpmath.sin(mpmath.mpf(w) / 2))
             err = float(abs(lhs - rhs))

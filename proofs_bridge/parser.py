@@ -435,12 +435,10 @@ def scan_source(src: str, file: str) -> LeanFile:
                 scopes.append(("file", "", list(h.binders)))
         elif kw in _DECL_KINDS:
             # modifiers between the previous command and this keyword
-            prev_end = cmds[k - 1][0] if k else 0
             j = k - 1
             private = False
             while j >= 0 and cmds[j][1] in ("private", "protected", "noncomputable", "@["):
                 private = private or cmds[j][1] == "private"
-                prev_end = cmds[j][0]
                 j -= 1
             # skip nested command keywords inside this declaration's body (none are legal there
             # except `end` of a `where`/`match`? no: keep scanning by keyword positions)

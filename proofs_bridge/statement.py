@@ -194,31 +194,31 @@ class Statement:
             return frozenset(S.free_names(n) & names) if n is not None else frozenset()
 
         if isinstance(node, S.Rel):
-            op, l, r = node.op, node.left, node.right
+            op, lhs, rhs = node.op, node.left, node.right
             if op in (">", "≥"):
-                op, l, r = {">": "<", "≥": "≤"}[op], r, l
+                op, lhs, rhs = {">": "<", "≥": "≤"}[op], rhs, lhs
             if op in ("<", "≤"):
-                if isinstance(r, S.Name) and r.id in names and r.id not in deps(l) and self._scalar(r.id):
-                    if self.var(r.id).ty == NAT:
-                        return Rule("nat_lower", r.id, l, op == "<", deps=deps(l))
-                    return Rule("lower", r.id, l, op == "<", deps=deps(l))
-                if isinstance(l, S.Name) and l.id in names and l.id not in deps(r) and self._scalar(l.id):
-                    if self.var(l.id).ty == NAT:
+                if isinstance(rhs, S.Name) and rhs.id in names and rhs.id not in deps(lhs) and self._scalar(rhs.id):
+                    if self.var(rhs.id).ty == NAT:
+                        return Rule("nat_lower", rhs.id, lhs, op == "<", deps=deps(lhs))
+                    return Rule("lower", rhs.id, lhs, op == "<", deps=deps(lhs))
+                if isinstance(lhs, S.Name) and lhs.id in names and lhs.id not in deps(rhs) and self._scalar(lhs.id):
+                    if self.var(lhs.id).ty == NAT:
                         return None
-                    return Rule("upper", l.id, r, op == "<", deps=deps(r))
+                    return Rule("upper", lhs.id, rhs, op == "<", deps=deps(rhs))
             if op == "≠":
-                for me, other in ((l, r), (r, l)):
+                for me, other in ((lhs, rhs), (rhs, lhs)):
                     if isinstance(me, S.Name) and me.id in names and me.id not in deps(other):
                         if self._scalar(me.id) and self.var(me.id).ty == REAL:
                             return Rule("ne", me.id, other, deps=deps(other))
                         if isinstance(other, S.Num) and other.text == "0" and self._array(me.id):
                             return Rule("nonzero", me.id)
             if op == "=":
-                if isinstance(l, S.Name) and isinstance(r, S.Name) and l.id in names and r.id in names:
+                if isinstance(lhs, S.Name) and isinstance(rhs, S.Name) and lhs.id in names and rhs.id in names:
                     order = [v.name for v in self.vars]
-                    a, b = sorted([l.id, r.id], key=order.index)
+                    a, b = sorted([lhs.id, rhs.id], key=order.index)
                     return Rule("copy", b, S.Name(a), deps=frozenset({a}))
-                for me, other in ((l, r), (r, l)):
+                for me, other in ((lhs, rhs), (rhs, lhs)):
                     if isinstance(me, S.BigSum) and len(me.binders) == 1 and me.binders[0].domain is None:
                         body = me.body
                         j = me.binders[0].name
@@ -227,16 +227,16 @@ class Statement:
                             return Rule("sum", body.fn.id, other, deps=deps(other))
                     if isinstance(me, S.Name) and me.id in names and me.id not in deps(other):
                         return Rule("set", me.id, other, deps=deps(other))
-            if op in ("∈", "∉") and isinstance(r, S.Name) and r.id in names and isinstance(l, S.Name):
-                return Rule("mem" if op == "∈" else "nonmem", r.id, l, deps=deps(l))
+            if op in ("∈", "∉") and isinstance(rhs, S.Name) and rhs.id in names and isinstance(lhs, S.Name):
+                return Rule("mem" if op == "∈" else "nonmem", rhs.id, lhs, deps=deps(lhs))
         if isinstance(node, S.Forall) and all(b.domain is None for b in node.binders):
             bound = [b.name for b in node.binders]
             body = node.body
             if isinstance(body, S.Rel) and body.op in ("<", "≤", ">", "≥"):
-                op, l, r = body.op, body.left, body.right
+                op, lhs, rhs = body.op, body.left, body.right
                 if op in (">", "≥"):
-                    op, l, r = {">": "<", "≥": "≤"}[op], r, l
-                for me, other, kind in ((r, l, "lower"), (l, r, "upper")):
+                    op, lhs, rhs = {">": "<", "≥": "≤"}[op], rhs, lhs
+                for me, other, kind in ((rhs, lhs, "lower"), (lhs, rhs, "upper")):
                     if isinstance(me, S.App) and isinstance(me.fn, S.Name) and me.fn.id in names \
                             and all(isinstance(a, S.Name) and a.id in bound for a in me.args) \
                             and me.fn.id not in deps(other) and self._array(me.fn.id):
@@ -385,7 +385,7 @@ class Statement:
                 sizes.append(ev.size(t.args[0], env))
             offs = off(r.strict, int(np.prod(sizes)) if sizes else 1)
             for k, assign in enumerate(np.ndindex(*sizes)):
-                a = dict(zip([b.name for b in dom_nodes], assign))
+                a = dict(zip([b.name for b in dom_nodes], assign, strict=True))
                 pos = tuple(a[i] for i in r.index)
                 bound = float(fval(r.other, a))
                 want = bound + offs[k] if r.op == "lower" else bound - offs[k]

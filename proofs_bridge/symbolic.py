@@ -81,7 +81,7 @@ class _Prover(Evaluator):
                 self.diffs.append((S.show(node), sp.Integer(0 if a == b else 1)))
             else:
                 a, b = self.real(a), self.real(b)
-                for x, y in zip(np.asarray(a, dtype=object).flat, np.asarray(b, dtype=object).flat):
+                for x, y in zip(np.asarray(a, dtype=object).flat, np.asarray(b, dtype=object).flat, strict=False):
                     self.diffs.append((S.show(node), x - y))
             return True
         if isinstance(node, S.Logic) and node.op == "∧":

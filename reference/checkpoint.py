@@ -25,7 +25,7 @@ from __future__ import annotations
 import json
 import pickle
 import zipfile
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -128,24 +128,17 @@ def collapsed_count(config: PLDRConfig) -> int:
     return expected_count(c) - c.num_layers * learner_per_layer + 1
 
 
-def validate_state_dict(
-    state: Mapping[str, Array], config: PLDRConfig, source: str = "state dict"
-) -> dict[str, Array]:
-    """Check keys, shapes, dtypes and finiteness; return the state without optional buffers.
-
-    Raises :class:`CheckpointError` listing every missing, unexpected, mis-shaped,
-    non-floating and non-finite key at once (long lists are cut, the rest counted). A
-    configuration that implies far more tensors than the file holds is refused before the
-    expected keys are enumerated, so a hostile ``num_layers`` cannot exhaust memory.
-    """
-    have = {k: v for k, v in state.items() if k not in OPTIONAL_BUFFERS}
-    n_want = expected_count(config)
+def _check_tensors(
+    have: Mapping[str, Any], want_shapes: Callable[[], Mapping[str, tuple[int, ...]]], n_want: int,
+    source: str, what: str,
+) -> None:
+    """Raise one :class:`CheckpointError` listing every missing, unexpected, mis-shaped,
+    non-float and non-finite tensor of ``have`` against ``want_shapes()`` (``what`` says against
+    what). ``n_want`` is checked first, so a config implying millions of tensors is refused
+    before their shapes are ever listed."""
     if n_want > 2 * len(have) + 1000:
-        raise CheckpointError(
-            f"{source} does not match the configuration {config}: it implies {n_want} tensors, "
-            f"the file holds {len(have)}"
-        )
-    want = expected_shapes(config)
+        raise CheckpointError(f"{source} {what}: it implies {n_want} tensors, the file holds {len(have)}")
+    want = want_shapes()
     missing = sorted(set(want) - set(have))
     unexpected = sorted(set(have) - set(want))
     misshaped = sorted(
@@ -161,13 +154,28 @@ def validate_state_dict(
     if misshaped:
         problems.append(f"mis-shaped tensors {_named(misshaped)}")
     if problems:
-        raise CheckpointError(f"{source} does not match the configuration {config}: " + "; ".join(problems))
+        raise CheckpointError(f"{source} {what}: " + "; ".join(problems))
     not_float = sorted(f"{k}: {np.asarray(v).dtype}" for k, v in have.items() if np.asarray(v).dtype.kind != "f")
     if not_float:
         raise CheckpointError(f"{source} has tensors that are not floating point (weights must be float): {_named(not_float)}")
     nonfinite = sorted(k for k, v in have.items() if not np.all(np.isfinite(v)))
     if nonfinite:
         raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {_named(nonfinite)}")
+
+
+def validate_state_dict(
+    state: Mapping[str, Array], config: PLDRConfig, source: str = "state dict"
+) -> dict[str, Array]:
+    """Check keys, shapes, dtypes and finiteness; return the state without optional buffers.
+
+    Raises :class:`CheckpointError` listing every missing, unexpected, mis-shaped,
+    non-floating and non-finite key at once (long lists are cut, the rest counted). A
+    configuration that implies far more tensors than the file holds is refused before the
+    expected keys are enumerated, so a hostile ``num_layers`` cannot exhaust memory.
+    """
+    have = {k: v for k, v in state.items() if k not in OPTIONAL_BUFFERS}
+    _check_tensors(have, lambda: expected_shapes(config), expected_count(config), source,
+                   f"does not match the configuration {config}")
     return dict(have)
 
 
@@ -355,34 +363,8 @@ def load_collapsed(path: str | Path) -> tuple[dict[str, Array], PLDRConfig, list
         raise CheckpointError(f"checkpoint {path} is empty")
     state = read_safetensors(path)
     source = str(path)
-    n_want = collapsed_count(config)
-    if n_want > 2 * len(state) + 1000:
-        raise CheckpointError(
-            f"{source} is not a collapsed model for {config}: it implies {n_want} tensors, the file holds {len(state)}"
-        )
-    want = collapsed_shapes(config)
-    missing = sorted(set(want) - set(state))
-    unexpected = sorted(set(state) - set(want))
-    misshaped = sorted(
-        f"{k}: expected {want[k]}, got {tuple(state[k].shape)}"
-        for k in set(want) & set(state)
-        if tuple(state[k].shape) != want[k]
-    )
-    problems = []
-    if missing:
-        problems.append(f"missing keys {_named(missing)}")
-    if unexpected:
-        problems.append(f"unexpected keys {_named(unexpected)}")
-    if misshaped:
-        problems.append(f"mis-shaped tensors {_named(misshaped)}")
-    if problems:
-        raise CheckpointError(f"{source} is not a collapsed model for {config}: " + "; ".join(problems))
-    not_float = sorted(f"{k}: {v.dtype}" for k, v in state.items() if v.dtype.kind != "f")
-    if not_float:
-        raise CheckpointError(f"{source} has tensors that are not floating point (weights must be float): {_named(not_float)}")
-    nonfinite = sorted(k for k, v in state.items() if not np.all(np.isfinite(v)))
-    if nonfinite:
-        raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {_named(nonfinite)}")
+    _check_tensors(state, lambda: collapsed_shapes(config), collapsed_count(config), source,
+                   f"is not a collapsed model for {config}")
     g = state.pop(COLLAPSED_KEY)
     return state, config, [g[i] for i in range(config.num_layers)]
 

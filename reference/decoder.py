@@ -359,7 +359,7 @@ def step(
     return logits, new_caches
 
 
-def _check_sampling(temperature: float, top_k: int, top_p: float) -> None:
+def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
     """Finite temperature ≥ 0, integer top_k ≥ 0, 0 < top_p ≤ 1 (NaN and inf are refused)."""
     if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
         raise TypeError(f"top_k must be an integer, got {top_k!r}")
@@ -385,7 +385,7 @@ def sample_next(
     wider than the published loop's cut), then one token is drawn with ``rng``.
     """
     logits = as_float64(logits)
-    _check_sampling(temperature, top_k, top_p)
+    check_sampling(temperature, top_k, top_p)
     if logits.ndim != 2 or logits.shape[1] == 0:
         raise ValueError(f"logits must have shape [batch, vocab], got {logits.shape}")
     if not np.all(np.isfinite(logits)):
@@ -434,7 +434,7 @@ def generate(
         raise TypeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
     if max_new_tokens < 0:
         raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
-    _check_sampling(temperature, top_k, top_p)
+    check_sampling(temperature, top_k, top_p)
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
         raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
     _check_constant_g(constant_g, config)
@@ -477,7 +477,7 @@ __all__ = [
     "attention_support",
     "backend_params",
     "check_activation",
-    "check_finite",
+    "check_finite", "check_sampling",
     "decoder_layer",
     "embed",
     "forward",
