@@ -249,11 +249,12 @@ class _FiniteGuard:
     naming the layer and the heads (or positions), as the reference's ``check_finite`` does.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, deductive: bool = True) -> None:
         self.entries: list[tuple[int, str, Tensor]] = []
+        self.deductive = deductive  # False: hidden states only (operators checked already)
 
     def add(self, layer: int, name: str, t: Tensor | None) -> None:
-        if t is None or t.ndim < 3:
+        if t is None or t.ndim < 3 or (not self.deductive and name in _DEDUCTIVE):
             return
         flags = ~torch.isfinite(t.detach()).reshape(t.shape[0], t.shape[1], -1).all(-1)  # [B, H] or [B, S]
         self.entries.append((layer, name, flags))
@@ -299,6 +300,9 @@ class PLDRModel(nn.Module):
         cos, sin = KF.rope_tables(config.max_seq_len, config.depth, config.rope_base)
         self._rope64 = (cos, sin)  # float64 CPU tables; per (device, dtype) copies in _rope_cache
         self._rope_cache: dict[tuple[Any, torch.dtype], tuple[Tensor, Tensor]] = {}
+        # decode-path weight copies (transposed [in, out], q/k/v and gluw1/gluw2 fused), built
+        # lazily and rebuilt when a parameter changes; never part of the state dict
+        self._decode_w: dict[Any, tuple[tuple[Any, ...], tuple[Tensor, ...]]] = {}
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
@@ -337,13 +341,25 @@ class PLDRModel(nn.Module):
         nonfinite = sorted(k for k, v in arrays.items() if not np.all(np.isfinite(v)))
         if nonfinite:
             raise CheckpointError(f"weights have non-finite values (NaN or inf) in {nonfinite[:20]}")
-        model = cls(config, collapsed=collapsed).to(device=device, dtype=dtype)
+        model = cls._uninitialized(config, collapsed, dtype=dtype, device=device)
         state = {k: torch.as_tensor(v) for k, v in arrays.items()}
         try:
             model.load_state_dict(state, strict=True)  # copies into the (possibly wider) parameters
         except RuntimeError as exc:  # missing / unexpected / mis-shaped keys
             raise CheckpointError(" ".join(str(exc).split())) from exc
         return model
+
+    @classmethod
+    def _uninitialized(cls, config: PLDRConfig, collapsed: bool, *, dtype: torch.dtype, device: Any) -> PLDRModel:
+        """A model with allocated but uninitialized parameters and buffers (built on the meta
+        device: no random init), for a strict ``load_state_dict`` to fill."""
+        target = torch.empty(()).device if device is None else torch.device(device)
+        with torch.device("meta"):
+            model = cls(config, collapsed=collapsed)
+        model._rope64 = KF.rope_tables(config.max_seq_len, config.depth, config.rope_base)  # real, not meta
+        model._rope_cache = {}
+        model.to(dtype=dtype)  # free on meta; keeps the float32 chain parameters float32
+        return model.to_empty(device=target)
 
     def to_reference(self) -> dict[str, np.ndarray]:
         """The parameters as numpy arrays by upstream key (bf16/fp16 are widened to float32)."""
@@ -507,6 +523,79 @@ class PLDRModel(nn.Module):
             return list(self.decoder.collapsed_G.unbind(0))
         return self._normalize_G(G, batch)
 
+    # -- decode-path weights ----------------------------------------------------------------
+
+    def _apply(self, fn: Callable[[Tensor], Tensor], recurse: bool = True) -> Any:  # type: ignore[override]
+        self._decode_w = {}
+        self._rope_cache = {}
+        return super()._apply(fn, recurse)
+
+    def _fused(self, key: Any, params: Sequence[Tensor], build: Callable[[], tuple[Tensor, ...]]) -> tuple[Tensor, ...] | None:
+        """Cached derived weights for ``key``, rebuilt when any of ``params`` changed (storage or
+        in-place version); None when versions are not tracked (inference-mode parameters)."""
+        try:
+            stamp = tuple((p.data_ptr(), p._version, p.dtype) for p in params)
+        except RuntimeError:
+            return None
+        hit = self._decode_w.get(key)
+        if hit is not None and hit[0] == stamp:
+            return hit[1]
+        with torch.no_grad():
+            out = tuple(t.detach() for t in build())
+        self._decode_w[key] = (stamp, out)
+        return out
+
+    def _layer_decode_w(self, i: int) -> tuple[Tensor, ...] | None:
+        """(Wqkvᵀ [D, 3D], b_qkv, W_denseᵀ, b_dense, W₁₂ᵀ [D, 2dff], b₁₂, W₃ᵀ [dff, D], b₃)."""
+        layer = self.decoder.dec_layers[i]
+        mha, ffn = layer.mha1, layer.ffn
+        lins = (mha.wq, mha.wk, mha.wv, mha.dense, ffn.gluw1, ffn.gluw2, ffn.gluw3)
+        params = [t for m in lins for t in (m.weight, m.bias)]
+
+        def build() -> tuple[Tensor, ...]:
+            return (
+                torch.cat([mha.wq.weight, mha.wk.weight, mha.wv.weight]).t().contiguous(),
+                torch.cat([mha.wq.bias, mha.wk.bias, mha.wv.bias]),
+                mha.dense.weight.t().contiguous(),
+                mha.dense.bias.clone(),
+                torch.cat([ffn.gluw1.weight, ffn.gluw2.weight]).t().contiguous(),
+                torch.cat([ffn.gluw1.bias, ffn.gluw2.bias]),
+                ffn.gluw3.weight.t().contiguous(),
+                ffn.gluw3.bias.clone(),
+            )
+
+        return self._fused(i, params, build)
+
+    def _final_decode_w(self) -> tuple[Tensor, ...] | None:
+        fl = self.final_layer
+        return self._fused("final", (fl.weight, fl.bias), lambda: (fl.weight.t().contiguous(), fl.bias.clone()))
+
+    def _rope_step(self, start: int, s: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        """cos, sin [S, 1, 1, d/2] in the chain dtype, broadcasting over [B, S, 2, H, d/2]."""
+        cos, sin = self._rope(start, s, self.device, dtype)
+        ct = KF.chain_dtype(dtype)
+        return cos.to(ct)[:, None, None, :], sin.to(ct)[:, None, None, :]
+
+    def _decode_qkv(self, h: Tensor, w: tuple[Tensor, ...], rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+        """q, k (rotated), v [B, H, S, d] from one fused product (decode steps)."""
+        c = self.config
+        b, s, dm = h.shape
+        nh, d = c.num_heads, c.depth
+        qkv = torch.addmm(w[1], h.reshape(b * s, dm), w[0]).view(b, s, 3, nh, d)
+        qk, v = qkv[:, :, :2], qkv[:, :, 2]
+        ct = KF.chain_dtype(h.dtype)
+        x = qk.to(ct)
+        cos, sin = rope
+        if c.rope_style == "interleaved":
+            pairs = x.unflatten(-1, (d // 2, 2))
+            x0, x1 = pairs[..., 0], pairs[..., 1]
+            rot = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+        else:
+            x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+            rot = torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+        rot = rot.to(h.dtype)
+        return rot[:, :, 0].transpose(1, 2), rot[:, :, 1].transpose(1, 2), v.transpose(1, 2)
+
     # -- the layer ------------------------------------------------------------------------------
 
     def _layer(
@@ -522,17 +611,24 @@ class PLDRModel(nn.Module):
         want: bool,
         backend: str,
         guard: _FiniteGuard | None = None,
+        rope: tuple[Tensor, Tensor] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor] | None]:
         """One post-LN layer. ``step_mode`` None: a full pass (which fills ``cache`` if given);
         "kv"/"kvg"/"constant": a cached step appending to ``cache``."""
         layer = self.decoder.dec_layers[i]
         mha = layer.mha1
         b, s, _ = h.shape
-        cos, sin = self._rope(start, s, h.device, h.dtype)
-        style = self.config.rope_style
-        q = KF.apply_rope(self._heads(mha.wq(h)), cos, sin, style)  # [B, H, S, d]
-        k = KF.apply_rope(self._heads(mha.wk(h)), cos, sin, style)
-        v = self._heads(mha.wv(h))
+        # decode steps (``rope`` given): fused, transposed weight copies — GEMVs on [in, out]
+        dw = self._layer_decode_w(i) if rope is not None else None
+        if dw is not None:
+            assert rope is not None
+            q, k, v = self._decode_qkv(h, dw, rope)
+        else:
+            cos, sin = self._rope(start, s, h.device, h.dtype)
+            style = self.config.rope_style
+            q = KF.apply_rope(self._heads(mha.wq(h)), cos, sin, style)  # [B, H, S, d]
+            k = KF.apply_rope(self._heads(mha.wk(h)), cos, sin, style)
+            v = self._heads(mha.wv(h))
         A = a_lm = a_p = None
         lc = cache.layers[i] if cache is not None else None
         if g_const is not None:
@@ -575,9 +671,18 @@ class PLDRModel(nn.Module):
             out = torch.softmax(scores, dim=-1) @ vals
         else:
             raise ValueError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
-        attn = mha.dense(out.transpose(1, 2).reshape(b, s, self.config.d_model))  # [B, S, D]
-        h1 = layer.layernorm1(attn + h)
-        h2 = layer.layernorm2(layer.ffn(h1) + h1)
+        dm = self.config.d_model
+        if dw is not None:
+            attn = torch.addmm(dw[3], out.transpose(1, 2).reshape(b * s, dm), dw[2]).view(b, s, dm)
+            h1 = layer.layernorm1(attn + h)
+            u = torch.addmm(dw[5], h1.view(b * s, dm), dw[4])  # [B*S, 2 dff]: gluw1 | gluw2
+            a1, a2 = u.chunk(2, dim=-1)
+            f = torch.addmm(dw[7], F.silu(a1).mul_(a2), dw[6]).view(b, s, dm)
+            h2 = layer.layernorm2(f + h1)
+        else:
+            attn = mha.dense(out.transpose(1, 2).reshape(b, s, dm))  # [B, S, D]
+            h1 = layer.layernorm1(attn + h)
+            h2 = layer.layernorm2(layer.ffn(h1) + h1)
         if guard is not None:
             guard.add(i, "the hidden state", h2)
         ded = None
@@ -603,6 +708,10 @@ class PLDRModel(nn.Module):
             if logits == "all":
                 return self.final_layer(h)
             if logits == "last":
+                if not torch.is_grad_enabled():  # a GEMV (decode, nocache): the [in, out] copy
+                    fw = self._final_decode_w()
+                    if fw is not None:
+                        return torch.addmm(fw[1], h[:, -1], fw[0])
                 return self.final_layer(h[:, -1])
             raise ValueError(f"logits must be 'all', 'last', an index tensor or None; got {logits!r}")
         idx = torch.as_tensor(logits, device=h.device)
@@ -742,11 +851,19 @@ class PLDRModel(nn.Module):
             mask = causal if mask is None else mask & causal
         if step_mode == "kv" and cache.layers[0].A is None:
             raise ValueError("mode 'kv' needs the prompt's A in the cache (it was filled under a constant G)")
-        guard = _FiniteGuard() if self.check_finite else None
+        # generate's own steps: the kv-mode operators are recomputed from the frozen prompt A,
+        # which the prompt's forward already checked (same values), and a non-finite hidden
+        # state propagates through every later LayerNorm row, so only the last layer's hidden
+        # state is checked (one small check per step instead of one per layer and operator)
+        guard = _FiniteGuard(deductive=not _trusted) if self.check_finite else None
+        last = self.config.num_layers - 1
         h = self._embed(tokens)
+        fast = not torch.is_grad_enabled()  # the decode-path weight copies carry no autograd
+        rope = self._rope_step(cache.length, s, h.dtype) if fast else None
         for i in range(self.config.num_layers):
             g = None if gs is None else gs[i]
-            h, _ = self._layer(i, h, cache.length, g, mask, False, cache, step_mode, False, backend, guard)
+            lg = guard if not _trusted or i == last else None
+            h, _ = self._layer(i, h, cache.length, g, mask, False, cache, step_mode, False, backend, lg, rope)
         if guard is not None:
             guard.check()
         cache.length = t

@@ -1,0 +1,108 @@
+"""The decode fast path: fused, transposed weight copies (never in the state dict), rebuilt
+when parameters change; the meta-device construction of ``from_reference``."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plga.kernels import PLDRModel
+from plga.kernels.testing import assert_rel_close
+from plga.reference.config import PLDRConfig
+
+from .kernel_helpers import model_pair
+
+PROMPT = torch.tensor([[5, 9, 1, 30, 2], [0, 0, 3, 4, 5]])
+
+
+def _steps(model: PLDRModel, mode: str, grad: bool, n: int = 4, s_new: int = 1) -> list[torch.Tensor]:
+    cache = model.new_cache(PROMPT.shape[0], PROMPT.shape[1] + n * s_new)
+    out = []
+    with torch.no_grad():
+        model(PROMPT, logits="last", cache=cache)
+    with torch.set_grad_enabled(grad):
+        for t in range(n):
+            toks = torch.arange(1, s_new + 1).repeat(PROMPT.shape[0], 1) + t
+            logits = model.step(toks, cache, mode, logits="all")
+            out.append(logits.detach())
+    return out
+
+
+@pytest.mark.parametrize("mode", ["kv", "kvg"])
+@pytest.mark.parametrize("s_new", [1, 3])
+def test_fast_step_matches_the_module_path(mode, s_new):
+    """Steps without grad (fused copies) equal steps with grad (nn.Linear path) to rounding."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 11)
+    fast = _steps(model, mode, grad=False, s_new=s_new)
+    slow = _steps(model, mode, grad=True, s_new=s_new)
+    for a, b in zip(fast, slow, strict=True):
+        assert_rel_close(a, b, rtol=1e-12)
+
+
+def test_fast_last_logits_match_forward():
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 12)
+    full = torch.cat([PROMPT, torch.tensor([[7], [8]])], 1)
+    ref = model(full, logits="all", G="identity").logits[:, -1]
+    cache = model.new_cache(2, 6)
+    with torch.no_grad():
+        model(PROMPT, logits="last", G="identity", cache=cache)
+        got = model.step(torch.tensor([[7], [8]]), cache, G="identity")
+    assert_rel_close(got, ref, rtol=1e-10)
+
+
+def test_decode_copies_are_not_state_and_follow_parameter_changes():
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 13)
+    keys = list(model.state_dict())
+    model.generate(PROMPT, 3, "kv")
+    assert model._decode_w, "the decode copies were built"
+    assert list(model.state_dict()) == keys  # nothing persistent registered
+    before = model.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits
+    with torch.no_grad():  # in-place change: version bump invalidates the copies
+        model.final_layer.weight.mul_(2.0)
+        model.decoder.dec_layers[0].ffn.gluw2.bias.add_(0.5)
+    after = model.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits
+    assert not torch.allclose(before, after)
+    _, fresh = model_pair(PLDRConfig.from_name("tiny"), 13)
+    fresh.load_state_dict(model.state_dict())
+    ref = fresh.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits
+    assert torch.equal(after, ref)
+    # load_state_dict into a model with built copies also invalidates them
+    model.load_state_dict(fresh.state_dict() | {"final_layer.bias": fresh.final_layer.bias + 1.0})
+    shifted = model.generate(PROMPT, 1, "kvg", return_step_logits=True).step_logits
+    assert_rel_close(shifted, ref[:, :1] + 1.0, rtol=1e-12)
+
+
+def test_dtype_cast_rebuilds_copies():
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 14)
+    model.generate(PROMPT, 3, "kv")
+    m32 = model.to(torch.float32)
+    out = m32.generate(PROMPT, 3, "kv", return_step_logits=True).step_logits
+    assert out.dtype == torch.float32
+    assert all(t.dtype == torch.float32 for _, ts in m32._decode_w.values() for t in ts)
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+def test_from_reference_loads_exactly_without_random_init(dtype):
+    params, model = model_pair(PLDRConfig.from_name("tiny"), 15, dtype=dtype)
+    torch.manual_seed(0)
+    state0 = torch.random.get_rng_state()
+    again = PLDRModel.from_reference(params, model.config, dtype=dtype)
+    assert torch.equal(torch.random.get_rng_state(), state0)  # no init drew random numbers
+    for k, v in model.state_dict().items():
+        w = again.state_dict()[k]
+        assert w.dtype == v.dtype and w.device.type == "cpu" and torch.equal(w, v)
+    assert all(not p.is_meta for p in again.parameters())
+    assert torch.equal(again._rope64[0], model._rope64[0])
+
+
+def test_generate_steps_still_report_non_finite_hidden_states():
+    """generate's own steps check the last layer's hidden state (non-finite rows propagate)."""
+    from plga.reference.decoder import NonFiniteError
+
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 16, dtype=torch.float32)
+    prompt = torch.tensor([[5, 9, 1]])
+    greedy = model.generate(prompt, 1, "kvg").tokens[0, -1]
+    with torch.no_grad():
+        model.decoder.embedding.weight[greedy].fill_(3e38)  # overflows only when generated
+    with pytest.raises(NonFiniteError, match=r"layer \d+: the hidden state is not finite"):
+        model.generate(prompt, 3, "kvg")
