@@ -401,15 +401,20 @@ class PLDRModel(nn.Module):
         return self.save_pretrained(folder)
 
     def collapse(self, G_star: GLike) -> PLDRModel:
-        """A collapsed copy whose every layer uses the constant operator ``G_star`` [L, H, d, d]."""
+        """A collapsed copy whose every layer uses the constant operator ``G_star`` [L, H, d, d].
+
+        The copy's parameters are ordinary tensors even when called under
+        ``torch.inference_mode()`` (inference tensors would lose the fast decode path).
+        """
         G = self._normalize_G(G_star, batch=None)
         assert G is not None
-        stack = torch.stack([g if g.ndim == 3 else _squeeze_batch(g) for g in G])  # [L, H, d, d]
-        model = PLDRModel(self.config, collapsed=True)
-        state = {k: v for k, v in self.state_dict().items() if not is_learner_key(k) and k != COLLAPSED_KEY}
-        state[COLLAPSED_KEY] = stack.detach().to(torch.float32 if self.dtype in _LOW else self.dtype)
-        model.to(device=self.device, dtype=self.dtype)
-        model.load_state_dict(state, strict=True)
+        with torch.inference_mode(False), torch.no_grad():
+            stack = torch.stack([g if g.ndim == 3 else _squeeze_batch(g) for g in G])  # [L, H, d, d]
+            model = PLDRModel(self.config, collapsed=True)
+            state = {k: v.clone() for k, v in self.state_dict().items() if not is_learner_key(k) and k != COLLAPSED_KEY}
+            state[COLLAPSED_KEY] = stack.detach().to(torch.float32 if self.dtype in _LOW else self.dtype).clone()
+            model.to(device=self.device, dtype=self.dtype)
+            model.load_state_dict(state, strict=True)
         return model
 
     @torch.no_grad()

@@ -106,3 +106,19 @@ def test_generate_steps_still_report_non_finite_hidden_states():
         model.decoder.embedding.weight[greedy].fill_(3e38)  # overflows only when generated
     with pytest.raises(NonFiniteError, match=r"layer \d+: the hidden state is not finite"):
         model.generate(prompt, 3, "kvg")
+
+
+def test_collapse_under_inference_mode_keeps_ordinary_parameters():
+    """A model collapsed inside torch.inference_mode() must still use the fast decode path."""
+    import torch
+
+    from plga.kernels import PLDRModel
+    from plga.reference.checkpoint import random_params
+    from plga.reference.config import PLDRConfig
+
+    config = PLDRConfig.from_name("tiny")
+    model = PLDRModel.from_reference(random_params(config), config, dtype=torch.float32)
+    with torch.inference_mode():
+        collapsed = model.collapse_from(torch.tensor([[3, 5, 7, 9]]))
+    assert not any(p.is_inference() for p in collapsed.parameters())
+    assert collapsed._layer_decode_w(0) is not None
