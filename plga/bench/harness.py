@@ -555,9 +555,9 @@ def closing_notes(doc: dict[str, Any]) -> list[str]:
         notes.append(
             f"bandwidth: a GEMV over nn.Linear's [out, in] weight streams at {lin:.1f} GB/s = {100 * lin / rd:.0f}% of the "
             f"{rd:.1f} GB/s read bandwidth; the same GEMV on a contiguous [in, out] copy reaches {tr:.1f} GB/s "
-            f"({100 * tr / rd:.0f}%). Every decoding step is such GEMVs (wq/wk/wv/dense, the FFN, final_layer), so the "
-            "kernels' F.linear layout caps the fraction; storing Wᵀ contiguous for decoding (x @ Wᵀ + b via addmm), "
-            "fusing wq/wk/wv into one [D, 3D] GEMV and gluw1/gluw2 into one [D, 2F] GEMV would raise it."
+            f"({100 * tr / rd:.0f}%). The kernels already decode through contiguous [in, out] copies with wq/wk/wv and "
+            "gluw1/gluw2 fused, so this transposed-layout GEMV is the ceiling of the fraction; beyond it only a "
+            "hand-written GEMV, lower-precision weights (a smaller bound) or step capture (less dispatch) would help."
         )
     if "overhead" in missed:
         worst = [r for r in rows if r.get("loop_overhead_fraction") is not None]
