@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 import mpmath
 import numpy as np
@@ -177,36 +178,27 @@ def _row_fns() -> dict[str, Callable[[list[int]], object]]:
     return {"attention": _attention_row, "sum": lambda p: sum(p), "last": lambda p: p[-1], "len": len}
 
 
-@check("rowMapDecoder_rowLocal")
-def _rm_rl(ctx: Ctx) -> HandResult:
-    xs = _lists(ctx.rng, ctx.max_examples)
-    for name, f in _row_fns().items():
-        expect(ol.row_local(ol.row_map_decoder(f), _prefix_pairs(xs)), f"rowMapDecoder({name}) not row-local")
-    return HandResult(len(xs) * len(_row_fns()))
+#: Lean theorem → (the property of ``rowMapDecoder f`` on the drawn lists, what failing means).
+_ROW_MAP_PROPERTIES: dict[str, tuple[Callable[[Any, list[list[int]]], bool], str]] = {
+    "rowMapDecoder_rowLocal": (lambda dec, xs: ol.row_local(dec, _prefix_pairs(xs)), "not row-local"),
+    "rowMapDecoder_lengthPreserving": (ol.length_preserving, "changes lengths"),
+    "rowMapDecoder_prefixConsistent": (ol.prefix_consistent, "not prefix consistent"),
+    "rowMapDecoder_prefixConsistentShaped": (ol.prefix_consistent_shaped, "not PCS"),
+}
 
 
-@check("rowMapDecoder_lengthPreserving")
-def _rm_lp(ctx: Ctx) -> HandResult:
-    xs = _lists(ctx.rng, ctx.max_examples)
-    for name, f in _row_fns().items():
-        expect(ol.length_preserving(ol.row_map_decoder(f), xs), f"rowMapDecoder({name}) changes lengths")
-    return HandResult(len(xs) * len(_row_fns()))
+def _row_map_check(holds: Callable[[Any, list[list[int]]], bool], failure: str) -> Callable[[Ctx], HandResult]:
+    def run(ctx: Ctx) -> HandResult:
+        xs = _lists(ctx.rng, ctx.max_examples)
+        for name, f in _row_fns().items():
+            expect(holds(ol.row_map_decoder(f), xs), f"rowMapDecoder({name}) {failure}")
+        return HandResult(len(xs) * len(_row_fns()))
+
+    return run
 
 
-@check("rowMapDecoder_prefixConsistent")
-def _rm_pc(ctx: Ctx) -> HandResult:
-    xs = _lists(ctx.rng, ctx.max_examples)
-    for name, f in _row_fns().items():
-        expect(ol.prefix_consistent(ol.row_map_decoder(f), xs), f"rowMapDecoder({name}) not prefix consistent")
-    return HandResult(len(xs) * len(_row_fns()))
-
-
-@check("rowMapDecoder_prefixConsistentShaped")
-def _rm_pcs(ctx: Ctx) -> HandResult:
-    xs = _lists(ctx.rng, ctx.max_examples)
-    for name, f in _row_fns().items():
-        expect(ol.prefix_consistent_shaped(ol.row_map_decoder(f), xs), f"rowMapDecoder({name}) not PCS")
-    return HandResult(len(xs) * len(_row_fns()))
+for _lean_name, (_holds, _failure) in _ROW_MAP_PROPERTIES.items():
+    check(_lean_name)(_row_map_check(_holds, _failure))
 
 
 @check("rowMapDecoder_block_eq_online")
