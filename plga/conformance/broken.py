@@ -136,28 +136,31 @@ class _PowerDecoder(eg.EagerDecoder):
         return type(self).power_fn(A, w["W"], w["b"], w["P"], w["a"], w["b_a"], self.order)
 
 
-class Fp16PowerStage(_ChainBug):
+class _PowerBug(_ChainBug):
+    """A chain bug confined to the power stage: ``power_fn`` replaces it in the chain and decoder."""
+
+    power_fn: Callable[..., tuple[Tensor, Tensor, Tensor]] = staticmethod(eg.power_stage)
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls.decoder_class = type(f"{cls.__name__}Decoder", (_PowerDecoder,), {"power_fn": staticmethod(cls.power_fn)})
+
+    def operator_chain(self, q_rot: Tensor, layer_weights: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        w = eg.cast_layer_weights(layer_weights, q_rot.dtype, q_rot.device)
+        A = eg.metric_learner(eg.density_operator(q_rot), w)
+        return (A, *type(self).power_fn(A, w["W"], w["b"], w["P"], w["a"], w["b_a"]))
+
+
+class Fp16PowerStage(_PowerBug):
     """Evaluates A_LM^P in float16 (A_LM's 1e-9 floor underflows; 3 digits of precision)."""
 
-    class decoder_class(_PowerDecoder):
-        power_fn = staticmethod(_fp16_power)
-
-    def operator_chain(self, q_rot: Tensor, layer_weights: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        w = eg.cast_layer_weights(layer_weights, q_rot.dtype, q_rot.device)
-        A = eg.metric_learner(eg.density_operator(q_rot), w)
-        return (A, *_fp16_power(A, w["W"], w["b"], w["P"], w["a"], w["b_a"]))
+    power_fn = staticmethod(_fp16_power)
 
 
-class GBiasDropped(_ChainBug):
+class GBiasDropped(_PowerBug):
     """Computes G_LM = a A_P, dropping the bias b_a."""
 
-    class decoder_class(_PowerDecoder):
-        power_fn = staticmethod(_no_bias_power)
-
-    def operator_chain(self, q_rot: Tensor, layer_weights: Any) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        w = eg.cast_layer_weights(layer_weights, q_rot.dtype, q_rot.device)
-        A = eg.metric_learner(eg.density_operator(q_rot), w)
-        return (A, *_no_bias_power(A, w["W"], w["b"], w["P"], w["a"], w["b_a"]))
+    power_fn = staticmethod(_no_bias_power)
 
 
 class _GBeforeRopeDecoder(eg.EagerDecoder):
