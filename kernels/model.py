@@ -1000,7 +1000,7 @@ class PLDRModel(nn.Module):
         step_logits = None
         if return_step_logits:
             v = self.config.input_vocab_size
-            step_logits = torch.stack(steps, 1) if steps else torch.zeros(b, 0, v, dtype=self.dtype)
+            step_logits = torch.stack(steps, 1) if steps else torch.zeros(b, 0, v, dtype=self.dtype, device=self.device)
         return GenerationOutput(tokens=out_tokens, step_logits=step_logits)
 
 

@@ -704,14 +704,23 @@ def _run_and_report(
     limits_end: dict[str, Any] | None = None
     rows: list[dict[str, Any]] = []
     failed = 0
+    def skip(i: int, spec: dict[str, Any], reason: str) -> None:
+        rows.append({"id": spec["id"], "kind": spec["kind"], "status": "skipped",
+                     **{k: spec.get(k) for k in ("config", "impl", "batch", "seq", "logits", "mode", "new_tokens")},
+                     "reason": reason})
+        print(f"[{i}/{len(cases)}] {spec['id']}: skipped ({reason})", file=sys.stderr, flush=True)
+
     for i, spec in enumerate(cases, 1):
+        if spec["kind"] in ("prefill", "decode"):
+            length = spec["seq"] + spec.get("new_tokens", 0)
+            limit = _config(spec["config"]).max_seq_len
+            if length > limit:
+                skip(i, spec, f"{length} positions exceed the config's max_seq_len {limit}")
+                continue
         if spec.get("impl") == "reference":
             est = estimate_reference_seconds(spec, limits) * (spec["runs"] + spec["warmup"])
             if est > args.reference_budget_s:
-                rows.append({"id": spec["id"], "kind": spec["kind"], "status": "skipped",
-                             **{k: spec.get(k) for k in ("config", "impl", "batch", "seq", "logits", "mode", "new_tokens")},
-                             "reason": f"float64 reference estimated {est:.0f} s > --reference-budget-s {args.reference_budget_s:.0f}"})
-                print(f"[{i}/{len(cases)}] {spec['id']}: skipped (estimated {est:.0f} s)", file=sys.stderr, flush=True)
+                skip(i, spec, f"float64 reference estimated {est:.0f} s > --reference-budget-s {args.reference_budget_s:.0f}")
                 continue
         if spec["kind"] in ("prefill", "decode") and spec.get("impl") != "reference":
             spec["warmup_shape"] = "reduced" if estimate_seconds(spec, limits) > LONG_RUN_S else "full"

@@ -184,6 +184,26 @@ def test_reference_budget_skips_are_rows(monkeypatch, capsys):
     capsys.readouterr()
 
 
+def test_shapes_past_the_context_are_skipped_rows(monkeypatch, tmp_path, capsys):
+    """tiny has max_seq_len 64: the full grid's s128+64 decoding and s≥128 prefill are skipped
+    with the reason, never run (they used to fail inside the case)."""
+    seen = []
+
+    def run(spec, timeout_s, threads):
+        seen.append(spec["id"])
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(H, "run_subprocess", run)
+    out = tmp_path / "t.json"
+    assert bench_main(parse(["--config", "tiny", "--cases", "prefill,decode", "--out", str(out)])) == 0
+    doc = json.loads(out.read_text())
+    bench_rows = [r for r in doc["rows"] if r["kind"] in ("prefill", "decode")]
+    assert bench_rows and all(r["status"] == "skipped" for r in bench_rows)
+    assert all("exceed the config's max_seq_len 64" in r["reason"] for r in bench_rows)
+    assert all(i.startswith("limits") for i in seen)
+    capsys.readouterr()
+
+
 def test_quick_is_labelled(monkeypatch, tmp_path, capsys):
     monkeypatch.setattr(H, "run_subprocess", fake_run)
     out = tmp_path / "q.json"

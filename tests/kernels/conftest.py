@@ -11,8 +11,8 @@ torch = pytest.importorskip("torch", reason="plga.kernels needs the torch extra 
 
 torch.set_num_threads(int(os.environ.get("PLGA_TORCH_THREADS", "2")))
 
-#: ../shared/data beside the repository checkout.
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+#: ../shared/data beside the repository checkout, or $PLGA_SHARED_DATA (as in tests/conftest.py).
+DATA = Path(os.environ.get("PLGA_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
 GOLDEN = DATA / "golden"
 UPSTREAM = DATA / "upstream"
 

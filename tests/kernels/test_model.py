@@ -287,22 +287,3 @@ def test_score_loglikelihood_block_and_online():
         model.score_loglikelihood(tokens[:1], G=G, mode="online").token_logprobs,
         rtol=1e-12,
     )
-
-
-# --- devices ---------------------------------------------------------------------------------
-
-
-@pytest.mark.cuda
-@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-def test_cuda_matches_reference_within_policy(cuda_device, dtype):
-    config = PLDRConfig.from_name("tiny")
-    params = random_params(config, 13)
-    model = PLDRModel.from_reference(params, config, dtype=dtype, device=cuda_device)
-    tokens = np.array([[5, 9, 1, 30, 2, 7, 11], [0, 0, 3, 4, 5, 6, 8]])
-    want = R.forward(R.to_backend(params), config, tokens)
-    base = baseline_forward(params, config, tokens, dtype)
-    with torch.no_grad():
-        out = model(torch.as_tensor(tokens, device=cuda_device))
-    assert_within_policy(out.logits.cpu(), want.logits, base["logits"], k=3.0)
-    gen = model.generate(torch.as_tensor(tokens[:1], device=cuda_device), 5, "kvg")
-    assert gen.tokens.shape == (1, 12)

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The CUDA checks of plga in one run: the CUDA tests, the conformance suite on the device, the
+# CLI on the device, and `plga bench --device "$dev"`. For a machine with a CUDA GPU and an
+# environment that already has torch (CUDA build), numpy, mpmath, pytest, hypothesis and
+# safetensors; plga is installed from this checkout without touching the network.
+#
+#   bash benchmarks/cuda_check.sh [OUTDIR] [BENCH_ARGS...]
+#
+# OUTDIR (default cuda-check-out, or $OUT where set) receives the logs and bench JSON/markdown.
+# BENCH_ARGS replace the default bench selection (--config small,paper-110m --cases prefill,decode).
+# Golden-vector tests read $PLGA_SHARED_DATA (default ../shared/data); they skip when it is absent.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${1:-${OUT:-cuda-check-out}}"; shift || true
+mkdir -p "$out"
+bench_args=("$@")
+[ ${#bench_args[@]} -eq 0 ] && bench_args=(--config small,paper-110m --cases prefill,decode)
+py="${PYTHON:-python3}"
+dev="${PLGA_CHECK_DEVICE:-cuda}"  # cpu: a dry run of this script on a machine without CUDA
+status=0
+step() { echo; echo "=== $* ==="; }
+
+step machine
+nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --format=csv 2>&1 | tee "$out/machine.txt"
+"$py" -c "import torch; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'available', torch.cuda.is_available(), torch.cuda.get_device_name(0) if torch.cuda.is_available() else '')" 2>&1 | tee -a "$out/machine.txt"
+
+step install
+"$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -3 || { echo "install failed"; exit 1; }
+
+step "CUDA tests"
+"$py" -m pytest -q -p no:cacheprovider -m cuda tests/kernels 2>&1 | tee "$out/cuda_tests.log" | tail -25 || status=1
+
+step "conformance on cuda (quick profile)"
+PLGA_DEVICE="$dev" "$py" -m plga.conformance --profile quick 2>&1 | tee "$out/conformance_cuda.log" | tail -25 || status=1
+
+step "CLI on cuda (golden checkpoint: torch on cuda against the float64 reference)"
+ck="${PLGA_SHARED_DATA:-../shared/data}/golden/small_seed0.pth"
+if [ -f "$ck" ]; then
+  echo '[[5, 9, 1, 30, 2, 7], [0, 0, 4, 8, 15, 16]]' > "$out/tokens.json"
+  {
+    plga forward "$ck" --tokens "$out/tokens.json" --out "$out/fwd_ref.npz" --max-seq-len 64 &&
+    plga forward "$ck" --tokens "$out/tokens.json" --out "$out/fwd_cuda.npz" --max-seq-len 64 \
+      --backend torch --device "$dev" --dtype float64 &&
+    plga generate "$ck" --tokens "$out/tokens.json" --out "$out/gen_cuda.npz" --max-seq-len 64 \
+      --backend torch --device "$dev" --dtype float32 --mode kvg --max-new-tokens 8 &&
+    plga audit "$ck" --device "$dev" --dtype float32 --out "$out/audit_cuda" --no-plots --no-progress &&
+    "$py" -c "import numpy as np; a = np.load('$out/fwd_ref.npz')['logits']; c = np.load('$out/fwd_cuda.npz')['logits']; e = float(abs(c - a).max() / abs(a).max()); print('cuda float64 logits vs reference: max rel err', e); assert e < 1e-10"
+  } 2>&1 | tee "$out/cli_cuda.log" | tail -15 || status=1
+else
+  echo "skipped: $ck absent (set PLGA_SHARED_DATA)"
+fi
+
+step "plga bench --device "$dev" ${bench_args[*]}"
+plga bench --device "$dev" --case-timeout-s 120 --out "$out/bench-cuda.json" "${bench_args[@]}" 2>&1 \
+  | tee "$out/bench-cuda.md" | tail -60 || status=1
+exit $status
