@@ -24,6 +24,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
+from torch.nn.attention.bias import causal_lower_right
 
 from ..reference.decoder import NonFiniteError
 
@@ -264,8 +265,12 @@ def plga_attention(
     s, t = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     qg = apply_g(q, G)  # [B, H, S, d]
-    if key_padding_mask is None and causal and s == t:
-        return F.scaled_dot_product_attention(qg, k, v, is_causal=True, scale=scale)
+    if key_padding_mask is None and causal and s <= t:  # every row has a key: no mask tensor, flash-eligible
+        if s == t:
+            return F.scaled_dot_product_attention(qg, k, v, is_causal=True, scale=scale)
+        if s == 1:  # a decoding step: the last position sees every key
+            return F.scaled_dot_product_attention(qg, k, v, scale=scale)
+        return F.scaled_dot_product_attention(qg, k, v, attn_mask=causal_lower_right(s, t), scale=scale)
     allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
     if allowed is None:
         return F.scaled_dot_product_attention(qg, k, v, scale=scale)
