@@ -49,6 +49,8 @@ from .sampling import check_sampling, sample_next
 
 #: Generation modes. ``constant`` is an alias of ``collapsed``.
 MODES = ("nocache", "kv", "kvg", "collapsed", "constant")
+#: The fused inference path pads dff to a multiple of this (zero weights): aligned GEMM widths.
+FFN_ALIGN = 16
 _LOW = (torch.float16, torch.bfloat16)
 
 
@@ -551,21 +553,32 @@ class PLDRModel(nn.Module):
         return out
 
     def _layer_decode_w(self, i: int) -> tuple[Tensor, ...] | None:
-        """(Wqkvᵀ [D, 3D], b_qkv, W_denseᵀ, b_dense, W₁₂ᵀ [D, 2dff], b₁₂, W₃ᵀ [dff, D], b₃)."""
+        """(Wqkvᵀ [D, 3D], b_qkv, W_denseᵀ, b_dense, W₁₂ᵀ [D, 2F], b₁₂, W₃ᵀ [F, D], b₃), F = dff
+        rounded up to a multiple of :data:`FFN_ALIGN` with zero columns (W₁₂, b₁₂) and zero rows
+        (W₃): silu(0)·0 = 0 meets zero rows, so the sum is the same, and the GEMMs run on
+        aligned widths (paper-110m's dff 2389: 127 → 180 GFLOP/s on the bench machine)."""
         layer = self.decoder.dec_layers[i]
         mha, ffn = layer.mha1, layer.ffn
         lins = (mha.wq, mha.wk, mha.wv, mha.dense, ffn.gluw1, ffn.gluw2, ffn.gluw3)
         params = [t for m in lins for t in (m.weight, m.bias)]
 
         def build() -> tuple[Tensor, ...]:
+            dff = ffn.gluw1.weight.shape[0]
+            fp = -(-dff // FFN_ALIGN) * FFN_ALIGN
+            w12 = ffn.gluw1.weight.new_zeros(2 * fp, ffn.gluw1.weight.shape[1])  # [2F, D]
+            b12 = ffn.gluw1.bias.new_zeros(2 * fp)
+            w12[:dff], w12[fp : fp + dff] = ffn.gluw1.weight, ffn.gluw2.weight
+            b12[:dff], b12[fp : fp + dff] = ffn.gluw1.bias, ffn.gluw2.bias
+            w3t = ffn.gluw3.weight.new_zeros(fp, ffn.gluw3.weight.shape[0])  # [F, D]
+            w3t[:dff] = ffn.gluw3.weight.t()
             return (
                 torch.cat([mha.wq.weight, mha.wk.weight, mha.wv.weight]).t().contiguous(),
                 torch.cat([mha.wq.bias, mha.wk.bias, mha.wv.bias]),
                 mha.dense.weight.t().contiguous(),
                 mha.dense.bias.clone(),
-                torch.cat([ffn.gluw1.weight, ffn.gluw2.weight]).t().contiguous(),
-                torch.cat([ffn.gluw1.bias, ffn.gluw2.bias]),
-                ffn.gluw3.weight.t().contiguous(),
+                w12.t().contiguous(),
+                b12,
+                w3t,
                 ffn.gluw3.bias.clone(),
             )
 
@@ -576,7 +589,8 @@ class PLDRModel(nn.Module):
         return self._fused("final", (fl.weight, fl.bias), lambda: (fl.weight.t().contiguous(), fl.bias.clone()))
 
     def _rope_step(self, start: int, s: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos, sin [S, 1, 1, d/2] in the chain dtype, broadcasting over [B, S, 2, H, d/2]."""
+        """cos, sin [S, 1, 1, d/2] in the chain dtype, broadcasting over [B, S, 2, H, d/2]
+        (the fused path: cached steps, and full passes without autograd)."""
         cos, sin = self._rope(start, s, self.device, dtype)
         ct = KF.chain_dtype(dtype)
         return cos.to(ct)[:, None, None, :], sin.to(ct)[:, None, None, :]
@@ -623,7 +637,8 @@ class PLDRModel(nn.Module):
         layer = self.decoder.dec_layers[i]
         mha = layer.mha1
         b, s, _ = h.shape
-        # decode steps (``rope`` given): fused, transposed weight copies — GEMVs on [in, out]
+        # ``rope`` given (no autograd): fused, transposed weight copies — one QKV and one
+        # gluw1|gluw2 product per layer, GEMVs on [in, out] when decoding
         dw = self._layer_decode_w(i) if rope is not None else None
         if dw is not None:
             assert rope is not None
@@ -680,7 +695,7 @@ class PLDRModel(nn.Module):
         if dw is not None:
             attn = torch.addmm(dw[3], out.transpose(1, 2).reshape(b * s, dm), dw[2]).view(b, s, dm)
             h1 = layer.layernorm1(attn + h)
-            u = torch.addmm(dw[5], h1.view(b * s, dm), dw[4])  # [B*S, 2 dff]: gluw1 | gluw2
+            u = torch.addmm(dw[5], h1.view(b * s, dm), dw[4])  # [B*S, 2F]: gluw1 | gluw2, zero-padded
             a1, a2 = u.chunk(2, dim=-1)
             f = torch.addmm(dw[7], F.silu(a1).mul_(a2), dw[6]).view(b, s, dm)
             h2 = layer.layernorm2(f + h1)
@@ -783,10 +798,11 @@ class PLDRModel(nn.Module):
             cache.key_padding = None if mask is None else _pad_mask(tokens == 0, cache.capacity)
         guard = _FiniteGuard() if self.check_finite else None
         h = self._embed(tokens)
+        rope = self._rope_step(0, tokens.shape[1], h.dtype) if not torch.is_grad_enabled() else None
         ded_all: list[dict[str, Tensor]] = []
         for i in range(self.config.num_layers):
             g = None if gs is None else gs[i]
-            h, ded = self._layer(i, h, 0, g, mask, is_causal, cache, None, deductive, backend, guard)
+            h, ded = self._layer(i, h, 0, g, mask, is_causal, cache, None, deductive, backend, guard, rope)
             if ded is not None:
                 ded_all.append(ded)
         if guard is not None:

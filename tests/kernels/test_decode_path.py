@@ -3,10 +3,13 @@ when parameters change; the meta-device construction of ``from_reference``."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
 from plga.kernels import PLDRModel
+from plga.kernels.model import FFN_ALIGN
 from plga.kernels.testing import assert_rel_close
 from plga.reference.config import PLDRConfig
 
@@ -37,6 +40,22 @@ def test_fast_step_matches_the_module_path(mode, s_new):
     slow = _steps(model, mode, grad=True, s_new=s_new)
     for a, b in zip(fast, slow, strict=True):
         assert_rel_close(a, b, rtol=1e-12)
+
+
+@pytest.mark.parametrize("dff", [13, 16, 24])
+def test_fused_full_pass_matches_the_module_path(dff):
+    """A full pass without autograd (fused QKV, gluw1|gluw2 zero-padded to FFN_ALIGN) equals the
+    nn.Linear path to rounding, logits and deductive tensors, left padding included."""
+    config = dataclasses.replace(PLDRConfig.from_name("tiny"), dff=dff)
+    _, model = model_pair(config, 14)
+    with torch.no_grad():
+        fast = model(PROMPT, logits="all", deductive=True)
+    slow = model(PROMPT, logits="all", deductive=True)
+    assert_rel_close(fast.logits, slow.logits.detach(), rtol=1e-12, name="logits")
+    for a, b in zip(fast.deductive, slow.deductive, strict=True):
+        assert_rel_close(a["G_LM"], b["G_LM"].detach(), rtol=1e-12, name="G_LM")
+    w12 = model._layer_decode_w(0)[4]
+    assert w12.shape[1] % (2 * FFN_ALIGN) == 0 and w12.shape[1] >= 2 * dff
 
 
 def test_fast_last_logits_match_forward():
