@@ -9,7 +9,6 @@ import pytest
 import torch
 
 from plga.kernels import PLDRModel
-from plga.kernels.model import FFN_ALIGN
 from plga.kernels.testing import assert_rel_close
 from plga.reference.config import PLDRConfig
 
@@ -44,7 +43,7 @@ def test_fast_step_matches_the_module_path(mode, s_new):
 
 @pytest.mark.parametrize("dff", [13, 16, 24])
 def test_fused_full_pass_matches_the_module_path(dff):
-    """A full pass without autograd (fused QKV, gluw1|gluw2 zero-padded to FFN_ALIGN) equals the
+    """A full pass without autograd (packed QKV, gluw1|gluw2 zero-padded to 8·P) equals the
     nn.Linear path to rounding, logits and deductive tensors, left padding included."""
     config = dataclasses.replace(PLDRConfig.from_name("tiny"), dff=dff)
     _, model = model_pair(config, 14)
@@ -54,8 +53,24 @@ def test_fused_full_pass_matches_the_module_path(dff):
     assert_rel_close(fast.logits, slow.logits.detach(), rtol=1e-12, name="logits")
     for a, b in zip(fast.deductive, slow.deductive, strict=True):
         assert_rel_close(a["G_LM"], b["G_LM"].detach(), rtol=1e-12, name="G_LM")
-    w12 = model._layer_decode_w(0)[4]
-    assert w12.shape[1] % (2 * FFN_ALIGN) == 0 and w12.shape[1] >= 2 * dff
+    w12, _, n = model._layer_decode_w(0)[2]
+    parts = w12.shape[0]
+    assert n == parts * w12.shape[2] and n % (16 * parts) == 0 and n >= 2 * dff
+
+
+def test_packed_copies_follow_the_thread_count():
+    """The column blocks match the intra-op threads at build time; a change rebuilds them."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 15)
+    before = torch.get_num_threads()
+    try:
+        outs = []
+        for threads in (1, 3):
+            torch.set_num_threads(threads)
+            outs.append(model.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits)
+            assert model._final_decode_w()[0].shape[0] == threads
+    finally:
+        torch.set_num_threads(before)
+    assert_rel_close(outs[0], outs[1], rtol=1e-12)
 
 
 def test_fast_last_logits_match_forward():
@@ -97,7 +112,8 @@ def test_dtype_cast_rebuilds_copies():
     m32 = model.to(torch.float32)
     out = m32.generate(PROMPT, 3, "kv", return_step_logits=True).step_logits
     assert out.dtype == torch.float32
-    assert all(t.dtype == torch.float32 for _, ts in m32._decode_w.values() for t in ts)
+    packed = [p for _, ps in m32._decode_w.values() for p in ps]
+    assert packed and all(w.dtype == b.dtype == torch.float32 for w, b, _ in packed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
@@ -141,3 +157,21 @@ def test_collapse_under_inference_mode_keeps_ordinary_parameters():
         collapsed = model.collapse_from(torch.tensor([[3, 5, 7, 9]]))
     assert not any(p.is_inference() for p in collapsed.parameters())
     assert collapsed._layer_decode_w(0) is not None
+
+
+def test_forward_hooks_fire_without_autograd():
+    """A hook on an nn.Linear (activation capture, the audit's probes) keeps the module path
+    under no_grad / inference_mode, where the packed copies would bypass it; same numbers."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 16)
+    with torch.inference_mode():
+        fused = model(PROMPT, logits="last").logits
+    seen = []
+    handle = model.decoder.dec_layers[0].ffn.gluw3.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))
+    try:
+        with torch.inference_mode():
+            hooked = model(PROMPT, logits="last").logits
+            model.generate(PROMPT, 2, "kvg")
+    finally:
+        handle.remove()
+    assert len(seen) == 3  # the prompt pass, the generate prompt pass, one cached step
+    assert_rel_close(hooked, fused, rtol=1e-12)

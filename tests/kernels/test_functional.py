@@ -10,7 +10,6 @@ import torch
 import torch.nn.functional as F
 from hypothesis import example, given
 from hypothesis import strategies as st
-from .kernel_helpers import FEW
 
 from plga.kernels import functional as KF
 from plga.kernels import plga_attention, plga_attention_eager
@@ -21,6 +20,8 @@ from plga.kernels.testing import (
     policy_check,
 )
 from plga.reference import spec
+
+from .kernel_helpers import FEW
 
 
 def _support(s, t, causal, pad):
@@ -326,3 +327,32 @@ def test_metric_learner_gradcheck():
         return KF.operator_chain(q, ww)[3]
 
     assert torch.autograd.gradcheck(fn, tuple(flat))
+
+
+# --- packed projections ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("parts", [1, 2, 3, 4])
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 40])
+@pytest.mark.parametrize("n", [37, 64])
+def test_packed_linear_equals_addmm(parts, m, n):
+    """Any block count, row count (batched and per-block paths) and unaligned width."""
+    gen = torch.Generator().manual_seed(parts * 100 + m + n)
+    k = 11
+    wt = torch.randn(k, n, generator=gen, dtype=torch.float64)
+    b = torch.randn(n, generator=gen, dtype=torch.float64)
+    x = torch.randn(m, k, generator=gen, dtype=torch.float64)
+    w, bp, width = KF.pack_linear(wt, b, parts)
+    assert w.shape[0] == parts and width == n and (w.shape[0] * w.shape[2]) % (16 * parts) == 0
+    got = KF.packed_linear(x, w, bp, width)
+    assert got.shape == (m, n)
+    assert_rel_close(got, torch.addmm(b, x, wt), rtol=1e-14)
+    assert_rel_close(KF.packed_linear(x[:, :].t().contiguous().t(), w, bp, width), torch.addmm(b, x, wt), rtol=1e-14)
+
+
+def test_packed_linear_negative_control_block_order():
+    """Swapping two blocks (a wrong column order) is caught by the equality above."""
+    wt, b, x = torch.randn(5, 64, dtype=torch.float64), torch.randn(64, dtype=torch.float64), torch.randn(1, 5, dtype=torch.float64)
+    w, bp, n = KF.pack_linear(wt, b, 2)
+    with pytest.raises(AssertionError):
+        assert_rel_close(KF.packed_linear(x, w.flip(0), bp.flip(0), n), torch.addmm(b, x, wt), rtol=1e-14)

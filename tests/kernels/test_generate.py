@@ -9,7 +9,6 @@ import pytest
 import torch
 from hypothesis import given
 from hypothesis import strategies as st
-from .kernel_helpers import FEW, configs, model_pair, random_params
 
 from plga.kernels import PLDRModel, random_G, sample_next, sampling_distribution
 from plga.kernels.model import COLLAPSED_KEY
@@ -17,6 +16,8 @@ from plga.kernels.testing import assert_rel_close
 from plga.reference import decoder as R
 from plga.reference.checkpoint import CheckpointError
 from plga.reference.config import PLDRConfig
+
+from .kernel_helpers import FEW, configs, model_pair, random_params
 
 CACHE_MODES = ("nocache", "kv", "kvg")
 
