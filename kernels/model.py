@@ -555,11 +555,12 @@ class PLDRModel(nn.Module):
         self._decode_w[key] = (stamp, out)
         return out
 
-    def _fused_path(self) -> bool:
-        """Whether a pass runs on the packed weight copies: they carry no autograd, and they
-        bypass the ``nn.Linear`` modules, so a registered forward hook (an audit probe, a user's
-        activation capture) keeps the module path, where it fires."""
-        if torch.is_grad_enabled():
+    def _fused_path(self, backend: str) -> bool:
+        """Whether a pass runs on the packed weight copies: only for ``backend="sdpa"`` (the
+        eager backend is the published algorithm, module by module); they carry no autograd;
+        and they bypass the ``nn.Linear`` modules, so a registered forward hook (an audit probe,
+        a user's activation capture) keeps the module path, where it fires."""
+        if backend != "sdpa" or torch.is_grad_enabled():
             return False
         if nn.modules.module._global_forward_hooks or nn.modules.module._global_forward_pre_hooks:
             return False
@@ -745,14 +746,14 @@ class PLDRModel(nn.Module):
         x = self.decoder.embedding(tokens) * self._emb_scale  # √d_model rounded to float32
         return self.decoder.layernorm1(x)
 
-    def _project(self, h: Tensor, logits: Any) -> Tensor | None:
+    def _project(self, h: Tensor, logits: Any, packed: bool = False) -> Tensor | None:
         if logits is None:
             return None
         if isinstance(logits, str):
             if logits == "all":
                 return self.final_layer(h)
             if logits == "last":
-                if self._fused_path():  # a GEMV (decode, nocache): the packed copy
+                if packed:  # a GEMV (decode, nocache): the packed copy
                     fw = self._final_decode_w()
                     if fw is not None:
                         return KF.packed_linear(h[:, -1], *fw)
@@ -801,7 +802,8 @@ class PLDRModel(nn.Module):
         None → no vocab projection. ``deductive=True`` also returns per-layer A, A_LM, A_P,
         G_LM and the unmasked scores. ``G`` (per-layer constant operators, or "identity")
         replaces the metric learner; a collapsed model uses its stored G. ``backend`` "sdpa"
-        (fused) or "eager" (materialized scores). ``cache`` (from :meth:`new_cache`) is filled
+        (fused; without autograd on packed weight copies) or "eager" (the published algorithm:
+        materialized scores, the ``nn.Linear`` modules). ``cache`` (from :meth:`new_cache`) is filled
         with the prompt's K, V, A, A_LM, G_LM for cached decoding.
         """
         tokens = self._check_tokens(tokens)
@@ -822,7 +824,8 @@ class PLDRModel(nn.Module):
             cache.key_padding = None if mask is None else _pad_mask(tokens == 0, cache.capacity)
         guard = _FiniteGuard() if self.check_finite else None
         h = self._embed(tokens)
-        rope = self._rope_step(0, tokens.shape[1], h.dtype) if self._fused_path() else None
+        packed = self._fused_path(backend)
+        rope = self._rope_step(0, tokens.shape[1], h.dtype) if packed else None
         ded_all: list[dict[str, Tensor]] = []
         for i in range(self.config.num_layers):
             g = None if gs is None else gs[i]
@@ -833,7 +836,7 @@ class PLDRModel(nn.Module):
             guard.check()
         if cache is not None:
             cache.length = tokens.shape[1]
-        return ModelOutput(logits=self._project(h, logits), hidden=h, deductive=ded_all if deductive else None)
+        return ModelOutput(logits=self._project(h, logits, packed), hidden=h, deductive=ded_all if deductive else None)
 
     def new_cache(self, batch: int, capacity: int) -> DecodeCache:
         """An empty static cache for ``batch`` sequences of up to ``capacity`` positions."""
@@ -903,8 +906,8 @@ class PLDRModel(nn.Module):
         guard = _FiniteGuard(deductive=not _trusted) if self.check_finite else None
         last = self.config.num_layers - 1
         h = self._embed(tokens)
-        fast = self._fused_path()
-        rope = self._rope_step(cache.length, s, h.dtype) if fast else None
+        packed = self._fused_path(backend)
+        rope = self._rope_step(cache.length, s, h.dtype) if packed else None
         for i in range(self.config.num_layers):
             g = None if gs is None else gs[i]
             lg = guard if not _trusted or i == last else None
@@ -912,7 +915,7 @@ class PLDRModel(nn.Module):
         if guard is not None:
             guard.check()
         cache.length = t
-        return self._project(h, logits)
+        return self._project(h, logits, packed)
 
     def _check_cache(self, cache: DecodeCache, batch: int) -> None:
         if not isinstance(cache, DecodeCache):

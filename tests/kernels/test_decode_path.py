@@ -175,3 +175,16 @@ def test_forward_hooks_fire_without_autograd():
         handle.remove()
     assert len(seen) == 3  # the prompt pass, the generate prompt pass, one cached step
     assert_rel_close(hooked, fused, rtol=1e-12)
+
+
+def test_eager_backend_stays_on_the_modules():
+    """backend="eager" is the published algorithm (the bench's baseline): no packed copies,
+    even without autograd."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 17)
+    with torch.inference_mode():
+        eager = model(PROMPT, logits="last", backend="eager").logits
+    assert not model._decode_w
+    with torch.inference_mode():
+        fused = model(PROMPT, logits="last").logits
+    assert model._decode_w
+    assert_rel_close(fused, eager, rtol=1e-12)
