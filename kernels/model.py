@@ -614,14 +614,22 @@ class PLDRModel(nn.Module):
         out = self._fused("final", (fl.weight, fl.bias), lambda: (KF.pack_linear(fl.weight.t(), fl.bias, parts),), parts)
         return None if out is None else out[0]
 
-    def _rope_step(self, start: int, s: int, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos, sin [S, 1, 1, d/2] in the chain dtype, broadcasting over [B, S, 2, H, d/2]
-        (the fused path: cached steps, and full passes without autograd)."""
+    def _rope_step(self, start: int, s: int, dtype: torch.dtype) -> tuple[Tensor, ...]:
+        """The rotation for [B, S, 2, H, d/2] (the fused path: cached steps, and full passes
+        without autograd): interleaved pairs as one complex table cos + i·sin [S, 1, 1, d/2]
+        (the pair (x₀, x₁) is x₀ + i·x₁, and the rotation one complex product instead of eight
+        real ops), rotate-half as (cos, sin) [S, 1, 1, d/2]; in the chain dtype."""
         cos, sin = self._rope(start, s, self.device, dtype)
-        ct = KF.chain_dtype(dtype)
-        return cos.to(ct)[:, None, None, :], sin.to(ct)[:, None, None, :]
+        if self.config.rope_style == "interleaved":
+            key = (self.device, KF.chain_dtype(dtype), "cis")
+            cis = self._rope_cache.get(key)
+            if cis is None:
+                full_cos, full_sin = self._rope(0, self.config.max_seq_len, self.device, dtype)
+                cis = self._rope_cache[key] = torch.complex(full_cos, full_sin)  # type: ignore[assignment]
+            return (cis[start : start + s, None, None, :],)  # type: ignore[index]
+        return cos[:, None, None, :], sin[:, None, None, :]
 
-    def _decode_qkv(self, h: Tensor, qkv_w: Packed, rope: tuple[Tensor, Tensor]) -> tuple[Tensor, Tensor, Tensor]:
+    def _decode_qkv(self, h: Tensor, qkv_w: Packed, rope: tuple[Tensor, ...]) -> tuple[Tensor, Tensor, Tensor]:
         """q, k (rotated), v [B, H, S, d] from one packed product (the fused path)."""
         c = self.config
         b, s, dm = h.shape
@@ -630,12 +638,11 @@ class PLDRModel(nn.Module):
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
         ct = KF.chain_dtype(h.dtype)
         x = qk.to(ct)
-        cos, sin = rope
         if c.rope_style == "interleaved":
-            pairs = x.unflatten(-1, (d // 2, 2))
-            x0, x1 = pairs[..., 0], pairs[..., 1]
-            rot = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+            (cis,) = rope
+            rot = torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (d // 2, 2))) * cis).flatten(-2)
         else:
+            cos, sin = rope
             x0, x1 = x[..., : d // 2], x[..., d // 2 :]
             rot = torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
         rot = rot.to(h.dtype)
@@ -656,7 +663,7 @@ class PLDRModel(nn.Module):
         want: bool,
         backend: str,
         guard: _FiniteGuard | None = None,
-        rope: tuple[Tensor, Tensor] | None = None,
+        rope: tuple[Tensor, ...] | None = None,
     ) -> tuple[Tensor, dict[str, Tensor] | None]:
         """One post-LN layer. ``step_mode`` None: a full pass (which fills ``cache`` if given);
         "kv"/"kvg"/"constant": a cached step appending to ``cache``."""

@@ -7,8 +7,9 @@
   Batch-1 decoding is a stream of weight reads, so the read bandwidth is its bound.
 - diagnostics: matrix-vector products over a [32000, 896] float32 matrix (the paper-110m
   vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
-  in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), to show what a GEMV
-  actually reaches against the streaming bound.
+  in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), and in the kernels'
+  packed layout (:func:`plga.kernels.functional.pack_linear`: one column block per thread,
+  one batched product), to show what a GEMV actually reaches against the streaming bound.
 On CUDA every timed region is closed by ``torch.cuda.synchronize()``; CUDA is touched only
 when ``device`` is ``"cuda"``.
 """
@@ -88,6 +89,12 @@ def measure_limits(
     out["gemv_linear_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
     ts = time_runs(lambda: v @ wt, max(runs, 10), 3, device)
     out["gemv_transposed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
+    from ..kernels.functional import pack_linear, packed_linear
+
+    parts = max(1, min(torch.get_num_threads(), 8)) if dev.type == "cpu" else 1  # as PLDRModel._parts
+    packed = pack_linear(wt, torch.zeros(32000, device=dev), parts)
+    ts = time_runs(lambda: packed_linear(v, *packed), max(runs, 10), 3, device)
+    out["gemv_packed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9, "parts": parts}
     # the numbers the bench divides by
     out["peak_gflops"] = out[f"matmul_{dtype}"]["gflops_best"]
     out["peak_gflops_float32"] = out["matmul_float32"]["gflops_best"]

@@ -19,6 +19,7 @@ LIMITS = {
     "matmul_n": 2048, "matmul_float32": {"gflops_best": 100.0, "gflops_median": 95.0},
     "read": {"gbps_best": 20.0}, "copy": {"gbps_best": 15.0},
     "gemv_linear_layout": {"gbps_best": 8.0}, "gemv_transposed_layout": {"gbps_best": 16.0},
+    "gemv_packed_layout": {"gbps_best": 24.0, "parts": 2},
 }
 
 
