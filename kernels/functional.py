@@ -434,6 +434,12 @@ def operator_chain(q_rot: Tensor, layer_weights: Any) -> tuple[Tensor, Tensor, T
 PACKED_SMALL_M = 16
 
 
+def packed_parts(device: torch.device) -> int:
+    """Column blocks of a packed product on ``device``: one per intra-op thread (at most 8) on
+    the CPU, where the BLAS runs a GEMV on one core; one elsewhere."""
+    return max(1, min(torch.get_num_threads(), 8)) if device.type == "cpu" else 1
+
+
 def pack_linear(wt: Tensor, b: Tensor, parts: int, align: int = 16) -> tuple[Tensor, Tensor, int]:
     """Wᵀ [K, N] and b [N] as ``parts`` contiguous column blocks: ([P, K, N'/P], [P, 1, N'/P], N),
     N' = N rounded up to a multiple of ``align · parts`` with zero columns.

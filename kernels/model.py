@@ -573,10 +573,6 @@ class PLDRModel(nn.Module):
             out += [mha.wq, mha.wk, mha.wv, mha.dense, ffn.gluw1, ffn.gluw2, ffn.gluw3]
         return out
 
-    def _parts(self) -> int:
-        """Column blocks of the packed products: one per intra-op thread (at most 8) on the CPU."""
-        return max(1, min(torch.get_num_threads(), 8)) if self.device.type == "cpu" else 1
-
     def _layer_decode_w(self, i: int) -> tuple[Packed, ...] | None:
         """Packed products (:func:`~plga.kernels.functional.pack_linear`) of layer ``i``: QKV
         (Wq | Wk | Wv), dense, gluw1 | gluw2 and gluw3. Each gate is zero-padded to F = dff
@@ -587,7 +583,7 @@ class PLDRModel(nn.Module):
         mha, ffn = layer.mha1, layer.ffn
         lins = (mha.wq, mha.wk, mha.wv, mha.dense, ffn.gluw1, ffn.gluw2, ffn.gluw3)
         params = [t for m in lins for t in (m.weight, m.bias)]
-        parts = self._parts()
+        parts = KF.packed_parts(self.device)
 
         def build() -> tuple[Packed, ...]:
             dff, dm = ffn.gluw1.weight.shape
@@ -610,7 +606,7 @@ class PLDRModel(nn.Module):
 
     def _final_decode_w(self) -> Packed | None:
         fl = self.final_layer
-        parts = self._parts()
+        parts = KF.packed_parts(self.device)
         out = self._fused("final", (fl.weight, fl.bias), lambda: (KF.pack_linear(fl.weight.t(), fl.bias, parts),), parts)
         return None if out is None else out[0]
 
@@ -619,7 +615,7 @@ class PLDRModel(nn.Module):
         without autograd): interleaved pairs as one complex table cos + i·sin [S, 1, 1, d/2]
         (the pair (x₀, x₁) is x₀ + i·x₁, and the rotation one complex product instead of eight
         real ops), rotate-half as (cos, sin) [S, 1, 1, d/2]; in the chain dtype."""
-        cos, sin = self._rope(start, s, self.device, dtype)
+        cos, sin = self._rope(start, s, self.device, dtype)  # also checks the positions against max_seq_len
         if self.config.rope_style == "interleaved":
             key = (self.device, KF.chain_dtype(dtype), "cis")
             cis = self._rope_cache.get(key)
@@ -670,8 +666,8 @@ class PLDRModel(nn.Module):
         layer = self.decoder.dec_layers[i]
         mha = layer.mha1
         b, s, _ = h.shape
-        # ``rope`` given (no autograd): fused, transposed weight copies — one QKV and one
-        # gluw1|gluw2 product per layer, GEMVs on [in, out] when decoding
+        # ``rope`` given (no autograd): the packed weight copies — one QKV and one gluw1|gluw2
+        # product per layer
         dw = self._layer_decode_w(i) if rope is not None else None
         if dw is not None:
             assert rope is not None

@@ -89,9 +89,9 @@ def measure_limits(
     out["gemv_linear_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
     ts = time_runs(lambda: v @ wt, max(runs, 10), 3, device)
     out["gemv_transposed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
-    from ..kernels.functional import pack_linear, packed_linear
+    from ..kernels.functional import pack_linear, packed_linear, packed_parts
 
-    parts = max(1, min(torch.get_num_threads(), 8)) if dev.type == "cpu" else 1  # as PLDRModel._parts
+    parts = packed_parts(dev)  # as PLDRModel decodes
     packed = pack_linear(wt, torch.zeros(32000, device=dev), parts)
     ts = time_runs(lambda: packed_linear(v, *packed), max(runs, 10), 3, device)
     out["gemv_packed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9, "parts": parts}
