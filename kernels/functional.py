@@ -26,7 +26,7 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from ..reference.decoder import NonFiniteError
+from ..errors import NonFiniteError
 
 #: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
 EPSILON_ADJ = 1e-9

@@ -32,6 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import NonFiniteError
 from ..reference.checkpoint import (
     COLLAPSED_KEY,
     CheckpointError,
@@ -43,7 +44,6 @@ from ..reference.checkpoint import (
     save_safetensors,
 )
 from ..reference.config import PLDRConfig
-from ..reference.decoder import NonFiniteError
 from . import functional as KF
 from .sampling import check_sampling, sample_next
 

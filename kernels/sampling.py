@@ -12,7 +12,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-from ..reference.decoder import NonFiniteError, check_sampling
+from ..errors import NonFiniteError
+from ..reference.decoder import check_sampling
 
 
 def _check_logits(logits: Tensor) -> None:

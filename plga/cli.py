@@ -17,10 +17,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from . import __version__
-
-
-class UsageError(ValueError):
-    """A bad command line or input file: reported as one line, exit status 2."""
+from .errors import PlgaError, UsageError
 
 
 def _load_tokens(path: str) -> np.ndarray:
@@ -398,7 +395,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("plga: interrupted", file=sys.stderr)
         return 130
-    except (UsageError, ValueError, TypeError, OSError, KeyError) as exc:
+    except (PlgaError, ValueError, TypeError, OSError, KeyError) as exc:
         if os.environ.get("PLGA_DEBUG"):
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__

@@ -18,20 +18,13 @@ from pathlib import Path
 from lark import Lark, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
+from ..errors import LeanSubsetError
 from . import syntax as S
 
 GRAMMAR_PATH = Path(__file__).with_name("lean_subset.lark")
 
 #: Whole-word tokens the CI gate forbids anywhere in formal/ (comments count, as in CI).
 FORBIDDEN = ("sorry", "admit", "axiom", "unsafe")
-
-
-class LeanSubsetError(ValueError):
-    """A header uses notation outside the subset (or is malformed)."""
-
-    def __init__(self, file: str, line: int, column: int, token: str, detail: str):
-        self.file, self.line, self.column, self.token = file, line, column, token
-        super().__init__(f"{file}:{line}:{column}: {detail} (token {token!r})")
 
 
 @lru_cache(maxsize=1)

@@ -31,6 +31,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import CheckpointError
 from .config import PLDRConfig, infer_config
 from .numerics import Array
 
@@ -45,8 +46,6 @@ LEARNER_MARKERS = (".mha1.reslayerAs.", ".mha1.plgatt_layer.", ".mha1.layernorm1
 FILE_METADATA = {"format": "pt"}
 
 
-class CheckpointError(ValueError):
-    """A checkpoint that cannot be used: unreadable, unsafe, or not matching its config."""
 
 
 def expected_shapes(config: PLDRConfig) -> dict[str, tuple[int, ...]]:

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import NonFiniteError
 from . import spec
 from .config import PLDRConfig
 from .numerics import DEFAULT_DPS, Array, as_float64, float32_sqrt, is_mp, scalar, to_mp
@@ -110,8 +111,6 @@ def generator(params: Mapping[str, Array], config: PLDRConfig, layer: int, q_rot
     )
 
 
-class NonFiniteError(ValueError):
-    """A deductive tensor overflowed or became NaN; the message names the layer and heads."""
 
 
 def check_finite(name: str, tensor: Array, layer: int) -> None:
