@@ -1,7 +1,8 @@
 """Shared fixtures and Hypothesis profiles of the plga test suite.
 
-``../shared/data`` (beside the checkout, or ``$PLGA_SHARED_DATA``) holds the golden vectors
-and the real trained G_LM; tests that need it skip with a reason naming the path.
+The golden vectors, the real trained G_LM and the tokenizer ship in ``tests/data``
+(:mod:`plga.datafiles`; ``$PLGA_SHARED_DATA`` overrides the folder, and a test whose file is
+then missing skips with a reason naming the path).
 Hypothesis profiles: ``dev`` (default), ``ci`` (derandomized; chosen when ``CI`` is set),
 ``thorough``; override with ``HYPOTHESIS_PROFILE`` or ``--hypothesis-profile``.
 """
@@ -14,8 +15,9 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, settings
 
+from plga.datafiles import data_dir
+
 REPO = Path(__file__).resolve().parents[1]
-SHARED_DATA = Path(os.environ.get("PLGA_SHARED_DATA", REPO.parent / "shared" / "data"))
 
 settings.register_profile(
     "dev", max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow]
@@ -32,10 +34,10 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.ge
 
 
 def shared_file(*parts: str) -> Path:
-    """Path of a file under ../shared/data, skipping the test with a reason when it is absent."""
-    path = SHARED_DATA.joinpath(*parts)
+    """Path of a shipped data file (:func:`plga.datafiles.data_dir`), skipping with a reason when absent."""
+    path = data_dir().joinpath(*parts)
     if not path.exists():
-        pytest.skip(f"shared data not available: {path} (set PLGA_SHARED_DATA or place ../shared/data beside the checkout)")
+        pytest.skip(f"data file not available: {path} (PLGA_SHARED_DATA points at a folder without it)")
     return path
 
 

@@ -25,6 +25,7 @@ import numpy as np
 from hypothesis import assume, given, reproduce_failure
 from hypothesis import strategies as st
 
+from ..datafiles import GOLDEN_CHECKPOINT, TRAINED_G_LM, missing_reason
 from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
@@ -258,7 +259,7 @@ def check_attention_mask_dominance(ctx: Context) -> None:
 def check_attention_trained_g(ctx: Context) -> None:
     """The real trained G_LM of PLDR-LLM-v51-110M-1 (ill-conditioned ~1e10) at d = 64."""
     if oracle.trained_g_lm() is None:
-        raise SkipCheck(oracle.missing_data_reason("upstream/pldrv51_110m_1_G_LM.npz"))
+        raise SkipCheck(missing_reason(TRAINED_G_LM))
     run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right"), families=("trained",), dims=(64,), max_len=9),
                  lambda c: _attention_case_check(ctx, c, what="attention (trained G_LM)"), factor=0.5)
 
@@ -512,7 +513,7 @@ def check_forward_golden(ctx: Context) -> None:
     """The golden checkpoint small_seed0 reproduces the upstream logits (right and left padding)."""
     gold = oracle.golden_small()
     if gold is None:
-        raise SkipCheck(oracle.missing_data_reason("golden/small_seed0.pth"))
+        raise SkipCheck(missing_reason(GOLDEN_CHECKPOINT))
     params, config, arrays = gold
     state = _state(params, ctx.torch_dtype, ctx.device)
     _forward_compare(ctx, state, config, arrays["tokens"], what="golden small_seed0 logits", truth_logits=arrays["logits"])

@@ -8,13 +8,12 @@ when the kernel computes in float64 (a float64 truth would carry as much roundin
 from __future__ import annotations
 
 import functools
-import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..datafiles import GOLDEN_ARRAYS, GOLDEN_CHECKPOINT, TRAINED_G_LM, data_file
 from ..reference import spec
 from ..reference.numerics import mp_eval
 
@@ -175,32 +174,13 @@ def random_state_dict(config: Any, seed: int) -> dict[str, np.ndarray]:
     return out
 
 
-# --- Shared data (../shared/data beside the repository, or $PLGA_SHARED_DATA) --------------
-
-
-def shared_data_dir() -> Path:
-    """``$PLGA_SHARED_DATA`` or ``<repo>/../shared/data`` (the repo holding this package)."""
-    env = os.environ.get("PLGA_SHARED_DATA")
-    if env:
-        return Path(env)
-    repo = Path(__file__).resolve().parents[2]
-    return repo.parent / "shared" / "data"
-
-
-def data_file(relative: str) -> Path | None:
-    path = shared_data_dir() / relative
-    return path if path.is_file() else None
-
-
-def missing_data_reason(relative: str) -> str:
-    return (f"shared data file {relative} not found under {shared_data_dir()} "
-            "(set PLGA_SHARED_DATA to the folder holding golden/ and upstream/)")
+# --- Shipped data (plga.datafiles) ---------------------------------------------------------
 
 
 @functools.lru_cache(maxsize=1)
 def trained_g_lm() -> np.ndarray | None:
     """The real G_LM of PLDR-LLM-v51-110M-1, float32 [5, 14, 64, 64], or None when absent."""
-    path = data_file("upstream/pldrv51_110m_1_G_LM.npz")
+    path = data_file(TRAINED_G_LM)
     if path is None:
         return None
     with np.load(path) as z:
@@ -210,8 +190,8 @@ def trained_g_lm() -> np.ndarray | None:
 @functools.lru_cache(maxsize=1)
 def golden_small() -> tuple[dict[str, np.ndarray], Any, dict[str, np.ndarray]] | None:
     """(float32 params, config, golden arrays) of ``golden/small_seed0``, or None when absent."""
-    ckpt = data_file("golden/small_seed0.pth")
-    arrays = data_file("golden/small_seed0_golden.npz")
+    ckpt = data_file(GOLDEN_CHECKPOINT)
+    arrays = data_file(GOLDEN_ARRAYS)
     if ckpt is None or arrays is None:
         return None
     import json
@@ -228,7 +208,7 @@ def golden_small() -> tuple[dict[str, np.ndarray], Any, dict[str, np.ndarray]] |
 
 
 __all__ = [
-    "TRUTH_DPS", "data_file", "golden_small", "missing_data_reason", "random_layer_weights", "random_state_dict",
-    "shared_data_dir", "state_to_np", "support_np", "to_np", "trained_g_lm", "truth_attention", "truth_chain",
+    "TRUTH_DPS", "golden_small", "random_layer_weights", "random_state_dict",
+    "state_to_np", "support_np", "to_np", "trained_g_lm", "truth_attention", "truth_chain",
     "truth_forward", "truth_generate",
 ]

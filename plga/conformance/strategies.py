@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 from hypothesis import strategies as st
 
+from ..datafiles import TRAINED_G_LM, missing_reason
 from . import oracle
 
 #: G families: None (implicit identity), explicit identity, random normal, exact rank one,
@@ -70,7 +71,7 @@ def make_g(family: str, lead: tuple[int, ...], d: int, rng: np.random.Generator)
     elif family == "trained":
         tg = oracle.trained_g_lm()
         if tg is None:
-            raise ValueError(oracle.missing_data_reason("upstream/pldrv51_110m_1_G_LM.npz"))
+            raise ValueError(missing_reason(TRAINED_G_LM))
         layers, heads = rng.integers(0, tg.shape[0], n), rng.integers(0, tg.shape[1], n)
         g = np.stack([tg[l_, h_, :d, :d] for l_, h_ in zip(layers, heads, strict=True)]).astype(np.float64)
         g = g / max(1.0, float(np.abs(g).max()) / 8.0)  # keep scores inside MAX_ABS_SCORE at d ≤ 64

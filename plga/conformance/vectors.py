@@ -22,6 +22,7 @@ import numpy as np
 
 from .. import __version__
 from ..atomic import atomic_path
+from ..datafiles import TRAINED_G_LM, missing_reason
 from . import eager as eg
 from . import oracle
 from .strategies import AttentionCase, ChainCase
@@ -152,7 +153,7 @@ def write_vectors(directory: str | Path, *, seed: int = 0) -> list[Path]:
     cases += [(n, s, _chain_vector) for n, s in CHAIN_CASES.items()]
     for i, (name, spec, make) in enumerate(cases):
         if spec[6:7] == ("trained",) and oracle.trained_g_lm() is None:
-            index.append({"case": name, "skipped": oracle.missing_data_reason("upstream/pldrv51_110m_1_G_LM.npz")})
+            index.append({"case": name, "skipped": missing_reason(TRAINED_G_LM)})
             continue
         for dclass, storage in DTYPE_CLASSES:
             case_seed = seed * 1000 + i

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,10 +11,11 @@ import pytest
 from plga.audit import AuditSizes, run_audit
 from plga.audit.cli import add_audit_arguments, audit_main
 from plga.audit.model import builtin_prompt_ids, random_params, read_prompt_file
+from plga.datafiles import data_dir
 from plga.reference.checkpoint import save_safetensors
 from plga.reference.config import PLDRConfig
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = data_dir()
 TOKENIZER = DATA / "upstream" / "refinedweb-tokenizer-pldrllm-kvg-cache-paper.model"
 TINY = PLDRConfig(num_layers=1, d_model=16, num_heads=2, dff=24, A_dff=12, num_reslayerA=1, num_denseA=2, input_vocab_size=40, max_seq_len=64)
 FAST = ["--decode-steps", "2", "--order-tokens", "2", "--no-progress", "--no-plots"]
@@ -80,7 +80,7 @@ def test_bad_token_ids_rejected(tmp_path):
         run_audit(checkpoint=(random_params(TINY), TINY), prompts=[[1, 2, 99]], out_dir=tmp_path, progress=False)
 
 
-@pytest.mark.skipif(not TOKENIZER.is_file(), reason=f"tokenizer absent: {TOKENIZER} (needs ../shared/data)")
+@pytest.mark.skipif(not TOKENIZER.is_file(), reason=f"tokenizer absent: {TOKENIZER} (PLGA_SHARED_DATA points at a folder without it)")
 def test_default_english_prompts_with_the_real_tokenizer(tmp_path):
     sizes = AuditSizes(n_decode_prompts=1, n_decode_steps=2, n_order_prompts=1, n_order_tokens=2, o3_prompts=1, o4_contexts=1, o4_cand_len=1)
     rec = run_audit(tokenizer=str(TOKENIZER), out_dir=tmp_path, sizes=sizes, progress=False, plots=False)

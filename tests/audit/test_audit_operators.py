@@ -2,25 +2,25 @@
 
 Every pinned number is computed here by an independent, straightforward NumPy computation
 (loops, the real 2×2-block form of the RoPE commutant) — not by calling the code under test —
-and checked against the facts in ``shared/data/README.md`` and IMPLEMENTATIONS.md §2.5.
+and checked against the facts in ``tests/data/README.md`` and IMPLEMENTATIONS.md §2.5.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 from plga.audit import audit_operators
 from plga.audit.cli import add_audit_arguments, audit_main
+from plga.datafiles import data_dir
 
-DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+DATA = data_dir()
 G_FILE = DATA / "upstream" / "pldrv51_110m_1_G_LM.npz"
 
-pytestmark = pytest.mark.skipif(not G_FILE.is_file(), reason=f"real G_LM absent: {G_FILE} (needs ../shared/data beside the checkout)")
+pytestmark = pytest.mark.skipif(not G_FILE.is_file(), reason=f"real G_LM absent: {G_FILE} (PLGA_SHARED_DATA points at a folder without it)")
 
 #: IMPLEMENTATIONS.md §2.5 table.
 MEDIAN_S2_S1 = [0.000471, 0.000126, 0.743, 0.708, 0.956]

@@ -11,8 +11,9 @@ torch = pytest.importorskip("torch", reason="plga.kernels needs the torch extra 
 
 torch.set_num_threads(int(os.environ.get("PLGA_TORCH_THREADS", "2")))
 
-#: ../shared/data beside the repository checkout, or $PLGA_SHARED_DATA (as in tests/conftest.py).
-DATA = Path(os.environ.get("PLGA_SHARED_DATA", Path(__file__).resolve().parents[2].parent / "shared" / "data"))
+from plga.datafiles import data_dir  # noqa: E402
+
+DATA = data_dir()
 GOLDEN = DATA / "golden"
 UPSTREAM = DATA / "upstream"
 
@@ -20,7 +21,7 @@ UPSTREAM = DATA / "upstream"
 @pytest.fixture(scope="session")
 def golden_dir() -> Path:
     if not (GOLDEN / "small_seed0.pth").exists():
-        pytest.skip(f"golden vectors absent: {GOLDEN} (../shared/data beside the checkout) is not there")
+        pytest.skip(f"golden vectors absent: {GOLDEN} (PLGA_SHARED_DATA points at a folder without them)")
     return GOLDEN
 
 
