@@ -1,11 +1,15 @@
 """Torch kernels for PLGA and the PLDR-LLM decoder (needs the ``torch`` extra).
 
-:mod:`.functional` holds the attention and operator-chain kernels, :mod:`.model` the
-``PLDRModel`` with upstream state-dict names, caches and generation, :mod:`.sampling` the
-next-token rules, :mod:`.testing` the tolerance policy used by the tests. CUDA is only
-queried when a tensor is placed there, never at import.
+:mod:`.functional` holds the attention and operator-chain kernels (the functions the
+conformance suite certifies), :mod:`.modules` the ``nn.Module`` tree with upstream names,
+:mod:`.model` ``PLDRModel`` (forward, cached steps, generation), :mod:`.packed` the packed
+weight copies of the fused inference path, :mod:`.collapse` the collapse statistics and
+:mod:`.finite` the deferred finiteness checks. Sampling follows the one specification in
+:mod:`plga.reference.sampling`. CUDA is only queried when a tensor is placed there, never at
+import.
 """
 
+from .collapse import CollapseReport, collapse_statistics
 from .functional import (
     apply_g,
     apply_rope,
@@ -23,7 +27,6 @@ from .functional import (
 from .model import (
     COLLAPSED_KEY,
     MODES,
-    CollapseReport,
     DecodeCache,
     GenerationOutput,
     LoglikOutput,
@@ -31,11 +34,10 @@ from .model import (
     PLDRModel,
     random_G,
 )
-from .sampling import sample_next, sampling_distribution
 
 __all__ = [
     "COLLAPSED_KEY", "MODES", "CollapseReport", "DecodeCache", "GenerationOutput", "LoglikOutput",
-    "ModelOutput", "PLDRModel", "apply_g", "apply_rope", "attention_support", "dag_loss",
+    "ModelOutput", "PLDRModel", "apply_g", "apply_rope", "attention_support", "collapse_statistics", "dag_loss",
     "density_operator", "metric_learner", "operator_chain", "plga_attention", "plga_attention_eager",
-    "plga_scores", "power_stage", "random_G", "rope_tables", "sample_next", "sampling_distribution",
+    "plga_scores", "power_stage", "random_G", "rope_tables",
 ]

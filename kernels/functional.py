@@ -26,14 +26,8 @@ import torch.nn.functional as F
 from torch import Tensor
 from torch.nn.attention.bias import causal_lower_right
 
-from ..errors import NonFiniteError
-
-#: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
-EPSILON_ADJ = 1e-9
-#: LayerNorm epsilon used everywhere in the model.
-LAYER_NORM_EPS = 1e-6
-#: The upstream additive mask value.
-MASK_FILL = -1e9
+from ..errors import InputError, InputTypeError
+from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -55,7 +49,7 @@ def rope_tables(
     to the activation dtype; torchtune's float32 tables differ from these by ~1e-7 relative.
     """
     if d % 2:
-        raise ValueError(f"RoPE needs an even head dimension, got d = {d}")
+        raise InputError(f"RoPE needs an even head dimension, got d = {d}")
     theta = base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64, device=device) / d)  # [d/2]
     angles = torch.arange(max_seq_len, dtype=torch.float64, device=device)[:, None] * theta  # [P, d/2]
     return torch.cos(angles), torch.sin(angles)
@@ -79,7 +73,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor, style: str = "interleaved") 
         x0, x1 = xf[..., : d // 2], xf[..., d // 2 :]
         out = torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
     else:
-        raise ValueError(f"unknown RoPE style {style!r}; use 'interleaved' or 'rotate_half'")
+        raise InputError(f"unknown RoPE style {style!r}; use 'interleaved' or 'rotate_half'")
     return out.to(x.dtype)
 
 
@@ -96,18 +90,17 @@ def attention_support(
 ) -> Tensor | None:
     """Allowed (query, key) pairs as a bool tensor [B or 1, 1, S, T]; None when all are allowed.
 
-    Causal convention for S ≤ T: the S queries are the **last** S positions of the T keys, so
-    query i sits at position T − S + i and sees keys j ≤ T − S + i (bottom-right alignment, as
-    in cached decoding). ``key_padding_mask`` [B, T] is True at padding keys, which are ignored.
+    The convention is :func:`plga.reference.spec.causal_support` (one home for every
+    implementation): the S queries are the **last** S positions of the T keys, so query i sits
+    at position T − S + i and sees keys j ≤ T − S + i (bottom-right alignment, as in cached
+    decoding). ``key_padding_mask`` [B, T] is True at padding keys, which are ignored.
     """
     allowed: Tensor | None = None
     if causal:
-        if s > t:
-            raise ValueError(f"causal attention needs S ≤ T (queries are the last S positions), got S={s}, T={t}")
-        allowed = torch.ones(s, t, dtype=torch.bool, device=device).tril(diagonal=t - s)[None, None]
+        allowed = torch.from_numpy(causal_support(s, t)).to(device)[None, None]  # [1, 1, S, T]
     if key_padding_mask is not None:
         if key_padding_mask.dtype != torch.bool or key_padding_mask.ndim != 2 or key_padding_mask.shape[1] != t:
-            raise ValueError(
+            raise InputError(
                 f"key_padding_mask must be bool [B, T={t}] (True = padding), got "
                 f"{key_padding_mask.dtype} {tuple(key_padding_mask.shape)}"
             )
@@ -139,13 +132,13 @@ def apply_g(q: Tensor, G: Tensor | None) -> Tensor:
     if G is None:
         return q
     if not isinstance(G, Tensor):
-        raise TypeError(f"G must be a torch.Tensor or None, got {type(G).__name__}")
+        raise InputTypeError(f"G must be a torch.Tensor or None, got {type(G).__name__}")
     if not G.is_floating_point():
-        raise ValueError(f"G must be a floating-point tensor, got {G.dtype}")
+        raise InputError(f"G must be a floating-point tensor, got {G.dtype}")
     if G.device != q.device:
-        raise ValueError(f"G is on {G.device} but q is on {q.device}")
+        raise InputError(f"G is on {G.device} but q is on {q.device}")
     if G.ndim not in (3, 4) or G.shape[-2:] != (q.shape[-1], q.shape[-1]) or G.shape[-3] != q.shape[1]:
-        raise ValueError(
+        raise InputError(
             f"G must be [H, d, d] or [B, H, d, d] with H={q.shape[1]}, d={q.shape[-1]}; got {tuple(G.shape)}"
         )
     if G.ndim == 4 and G.shape[0] == 1:
@@ -171,48 +164,38 @@ def _check_qkv(
     """
     for name, x in (("q", q), ("k", k), ("v", v)):
         if not isinstance(x, Tensor):
-            raise TypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
+            raise InputTypeError(f"{name} must be a torch.Tensor, got {type(x).__name__}")
     if q.ndim != 4 or k.ndim != 4 or v.ndim != 4:
-        raise ValueError(f"q, k, v must be [B, H, S, d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+        raise InputError(f"q, k, v must be [B, H, S, d]; got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
     if q.shape[:2] != k.shape[:2] or k.shape[:3] != v.shape[:3] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(
+        raise InputError(
             f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
             "(need q [B,H,S,d], k [B,H,T,d], v [B,H,T,dv])"
         )
     if 0 in q.shape or 0 in k.shape or 0 in v.shape:
-        raise ValueError(
+        raise InputError(
             f"empty attention input: q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)} "
             "(every dimension must be ≥ 1: no queries, keys or features to attend over)"
         )
     if not (q.is_floating_point() and k.is_floating_point() and v.is_floating_point()):
-        raise ValueError(f"q, k, v must be floating point, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise InputError(f"q, k, v must be floating point, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.dtype == k.dtype == v.dtype):
-        raise ValueError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
+        raise InputError(f"q, k, v must share one dtype, got {q.dtype}, {k.dtype}, {v.dtype}")
     if not (q.device == k.device == v.device):
-        raise ValueError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
+        raise InputError(f"q, k, v must be on one device, got {q.device}, {k.device}, {v.device}")
     if key_padding_mask is not None:
         if not isinstance(key_padding_mask, Tensor):
-            raise TypeError(f"key_padding_mask must be a bool torch.Tensor, got {type(key_padding_mask).__name__}")
+            raise InputTypeError(f"key_padding_mask must be a bool torch.Tensor, got {type(key_padding_mask).__name__}")
         if key_padding_mask.device != q.device:
-            raise ValueError(f"key_padding_mask is on {key_padding_mask.device} but q is on {q.device}")
+            raise InputError(f"key_padding_mask is on {key_padding_mask.device} but q is on {q.device}")
         if key_padding_mask.ndim == 2 and key_padding_mask.shape[0] not in (1, q.shape[0]):
-            raise ValueError(f"key_padding_mask has batch {key_padding_mask.shape[0]}, q has batch {q.shape[0]}")
+            raise InputError(f"key_padding_mask has batch {key_padding_mask.shape[0]}, q has batch {q.shape[0]}")
     if scale is not None and not math.isfinite(float(scale)):
-        raise ValueError(f"scale must be finite, got {scale}")
+        raise InputError(f"scale must be finite, got {scale}")
     if validate:
         for name, x in (("q", q), ("k", k), ("v", v), ("G", G)):
             if x is not None and isinstance(x, Tensor) and not bool(torch.isfinite(x).all()):
-                raise ValueError(f"{name} has non-finite entries (NaN or inf); attention inputs must be finite")
-
-
-def check_deductive(name: str, tensor: Tensor, layer: int) -> None:
-    """Raise :class:`~plga.reference.decoder.NonFiniteError` naming ``layer`` and the heads where
-    ``tensor`` [B, H, …] is not finite (same message as the reference's ``check_finite``)."""
-    bad = ~torch.isfinite(tensor)
-    if bool(bad.any()):
-        heads = sorted({int(h) for h in bad.nonzero()[:, 1].tolist()}) if tensor.ndim >= 2 else []
-        hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
-        raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {heads}{hint}")
+                raise InputError(f"{name} has non-finite entries (NaN or inf); attention inputs must be finite")
 
 
 def plga_attention(
@@ -260,7 +243,7 @@ def plga_attention(
             validate=validate,
         )
     if backend != "sdpa":
-        raise ValueError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
+        raise InputError(f"unknown backend {backend!r}; use 'sdpa' or 'eager'")
     _check_qkv(q, k, v, G, key_padding_mask, scale, validate)
     s, t = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
@@ -281,9 +264,9 @@ def plga_attention(
 def plga_scores(q: Tensor, k: Tensor, G: Tensor | None = None, *, scale: float | None = None) -> Tensor:
     """The unmasked scaled scores E = (q G) kᵀ · scale → [B, H, S, T] (upstream ``Ep``)."""
     if not (isinstance(q, Tensor) and isinstance(k, Tensor)):
-        raise TypeError("q and k must be torch tensors")
+        raise InputTypeError("q and k must be torch tensors")
     if q.ndim != 4 or k.ndim != 4 or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
-        raise ValueError(f"q, k must be [B, H, S, d] and [B, H, T, d]; got {tuple(q.shape)}, {tuple(k.shape)}")
+        raise InputError(f"q, k must be [B, H, S, d] and [B, H, T, d]; got {tuple(q.shape)}, {tuple(k.shape)}")
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
     return (apply_g(q, G) @ k.transpose(-1, -2)) * scale
 
@@ -327,7 +310,7 @@ def plga_attention_eager(
 def density_operator(q_rot: Tensor) -> Tensor:
     """A₀ = Q̃ᵀ Q̃ per head over *all* S rows (padding included): [B, H, S, d] → [B, H, d, d]."""
     if not isinstance(q_rot, Tensor) or q_rot.ndim < 2 or not q_rot.is_floating_point():
-        raise ValueError(f"the rotated queries must be a floating tensor [..., S, d], got {getattr(q_rot, 'shape', q_rot)!r}")
+        raise InputError(f"the rotated queries must be a floating tensor [..., S, d], got {getattr(q_rot, 'shape', q_rot)!r}")
     q = q_rot.to(chain_dtype(q_rot.dtype))
     return q.transpose(-1, -2) @ q
 
@@ -371,13 +354,13 @@ def power_stage(
     inputs are upcast, so the 1e-9 floor of ``A_LM`` never underflows to 0.
     """
     if A.ndim < 3 or A.shape[-1] != A.shape[-2]:
-        raise ValueError(f"A must be [..., H, d, d], got {tuple(A.shape)}")
+        raise InputError(f"A must be [..., H, d, d], got {tuple(A.shape)}")
     want = tuple(A.shape[-3:])
     for name, x in (("W", W), ("b", b), ("P", P), ("a", a), ("b_a", b_a)):
         if tuple(x.shape) != want:
-            raise ValueError(f"power-stage parameter {name} must be [H, d, d] = {want} like A, got {tuple(x.shape)}")
+            raise InputError(f"power-stage parameter {name} must be [H, d, d] = {want} like A, got {tuple(x.shape)}")
         if not x.is_floating_point():
-            raise ValueError(f"power-stage parameter {name} must be floating point, got {x.dtype}")
+            raise InputError(f"power-stage parameter {name} must be floating point, got {x.dtype}")
     ct = chain_dtype(torch.promote_types(A.dtype, W.dtype))
     A, W, b, P, a, b_a = (x.to(ct) for x in (A, W, b, P, a, b_a))
     a_lm = iswiglu(W @ A + b) + EPSILON_ADJ  # [B, H, d, d]
@@ -428,56 +411,6 @@ def operator_chain(q_rot: Tensor, layer_weights: Any) -> tuple[Tensor, Tensor, T
     return A, a_lm, a_p, g_lm
 
 
-# --- Packed projections (the fused inference path) -----------------------------------------
-
-#: Row counts up to this use one batched product over the column blocks (decoding).
-PACKED_SMALL_M = 16
-
-
-def packed_parts(device: torch.device) -> int:
-    """Column blocks of a packed product on ``device``: one per intra-op thread (at most 8) on
-    the CPU, where the BLAS runs a GEMV on one core; one elsewhere."""
-    return max(1, min(torch.get_num_threads(), 8)) if device.type == "cpu" else 1
-
-
-def pack_linear(wt: Tensor, b: Tensor, parts: int, align: int = 16) -> tuple[Tensor, Tensor, int]:
-    """Wᵀ [K, N] and b [N] as ``parts`` contiguous column blocks: ([P, K, N'/P], [P, 1, N'/P], N),
-    N' = N rounded up to a multiple of ``align · parts`` with zero columns.
-
-    Why blocks: a product with one row (batch-1 decoding) is a GEMV, which the CPU BLAS runs on
-    one core at about half the read bandwidth of two; one batched product over P blocks runs
-    the blocks on P threads (bench machine, 32000 × 256: 30 → 54 GB/s; 8 rows: 8 → 14 GB/s).
-    """
-    k, n = wt.shape
-    width = -(-n // (align * parts)) * align * parts
-    w = wt.new_zeros(k, width)
-    w[:, :n] = wt
-    bb = b.new_zeros(width)
-    bb[:n] = b
-    h = width // parts
-    return w.view(k, parts, h).transpose(0, 1).contiguous(), bb.view(parts, 1, h).clone(), n
-
-
-def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int) -> Tensor:
-    """b + x Wᵀ for x [M, K] and a :func:`pack_linear` layout → [M, N] (no autograd).
-
-    Up to :data:`PACKED_SMALL_M` rows: one ``baddbmm`` over the blocks (a free view when M = 1);
-    more rows: one GEMM per block, each written in place into its columns of the output.
-    """
-    parts, k, h = w.shape
-    m = x.shape[0]
-    if parts == 1:
-        out = torch.addmm(b[0, 0], x, w[0])
-    elif m <= PACKED_SMALL_M:
-        out = torch.baddbmm(b, x.expand(parts, m, k), w)  # [P, M, N'/P]
-        out = out.view(m, parts * h) if m == 1 else out.transpose(0, 1).reshape(m, parts * h)
-    else:
-        out = x.new_empty(m, parts * h)
-        for p in range(parts):
-            torch.addmm(b[p, 0], x, w[p], out=out[:, p * h : (p + 1) * h])
-    return out if out.shape[1] == n else out[:, :n]
-
-
 # --- DAG loss -------------------------------------------------------------------------------
 
 
@@ -495,9 +428,9 @@ def dag_loss(X: Tensor) -> Tensor:
     the dtype's range: it comes back non-finite, never silently clipped.
     """
     if not isinstance(X, Tensor) or X.ndim < 2 or X.shape[-1] != X.shape[-2] or X.shape[-1] == 0:
-        raise ValueError(f"dag_loss needs square matrices [..., d, d] with d ≥ 1, got {getattr(X, 'shape', X)!r}")
+        raise InputError(f"dag_loss needs square matrices [..., d, d] with d ≥ 1, got {getattr(X, 'shape', X)!r}")
     if not X.is_floating_point():
-        raise ValueError(f"dag_loss needs a floating-point tensor, got {X.dtype}")
+        raise InputError(f"dag_loss needs a floating-point tensor, got {X.dtype}")
     n = X * X  # [..., d, d]
     d = n.shape[-1]
     with torch.no_grad():
@@ -518,8 +451,8 @@ def dag_loss(X: Tensor) -> Tensor:
 
 
 __all__ = [
-    "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "NonFiniteError", "apply_g", "apply_rope", "attention_support",
-    "chain_dtype", "check_deductive",
+    "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_rope", "attention_support",
+    "chain_dtype",
     "dag_loss", "density_operator", "finite_additive_mask", "iswiglu", "layer_weights_of", "metric_learner",
     "operator_chain", "plga_attention", "plga_attention_eager", "plga_scores", "power_stage", "rope_tables",
     "swiglu",

@@ -10,19 +10,24 @@ operator sums over every query row (padding and future rows included).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ..errors import NonFiniteError
+from ..errors import InputError, InputTypeError, NonFiniteError
 from . import spec
 from .config import PLDRConfig
-from .numerics import DEFAULT_DPS, Array, as_float64, float32_sqrt, is_mp, scalar, to_mp
+from .numerics import DEFAULT_DPS, Array, float32_sqrt, is_mp, scalar, to_mp
+from .sampling import check_sampling, check_seed, sample_next
 
-#: Generation modes (SPEC §3). ``constant`` needs a per-layer G and never runs the learner.
-MODES = ("nocache", "kv", "kvg", "constant")
+#: Generation modes (SPEC §3), the same names and meanings in the reference and the kernels:
+#: ``nocache`` full recompute every step; ``kv`` K, V and the prompt's generator A cached;
+#: ``kvg`` A_LM and G_LM frozen too; ``collapsed`` one constant operator per layer (the metric
+#: learner never runs) with K, V cached — under a constant operator kv and kvg coincide.
+MODES = ("nocache", "kv", "kvg", "collapsed")
+#: The modes that cache what the metric learner computed from the prompt.
+LEARNER_CACHE_MODES = ("kv", "kvg")
 
 
 @dataclasses.dataclass
@@ -143,7 +148,7 @@ def backend_params(params: Mapping[str, Array]) -> Mapping[str, Array]:
     (object) arrays and non-floating entries (buffers) pass unchanged.
     """
     if not isinstance(params, Mapping):
-        raise TypeError(f"params must be a mapping of upstream key → array, got {type(params).__name__}")
+        raise InputTypeError(f"params must be a mapping of upstream key → array, got {type(params).__name__}")
     out: dict[str, Array] | None = None
     for key, value in params.items():
         arr = value if isinstance(value, np.ndarray) else np.asarray(value)
@@ -183,29 +188,28 @@ def _merge(x: Array) -> Array:
 
 
 def attention_support(tokens: Array) -> Array:
-    """Allowed (query, key) pairs: key ≤ query and key not padding (id 0) → [B, S, S] bool."""
+    """Allowed (query, key) pairs of a full pass: causal, padding keys (id 0) ignored → [B, S, S]."""
     s = tokens.shape[1]
-    causal = np.tril(np.ones((s, s), dtype=bool))  # [S, S]
-    return causal[None, :, :] & (tokens != 0)[:, None, :]
+    return np.broadcast_to(spec.attention_support(s, s, causal=True, key_padding=tokens == 0), (tokens.shape[0], s, s))
 
 
 def _check_tokens(tokens: Array, config: PLDRConfig, offset: int = 0) -> Array:
     tokens = np.asarray(tokens)
     if tokens.dtype == object:
-        raise TypeError("token ids must be an integer array, got an object array (ragged rows or non-numbers?)")
+        raise InputTypeError("token ids must be an integer array, got an object array (ragged rows or non-numbers?)")
     if tokens.ndim != 2:
-        raise ValueError(f"token ids must have shape [batch, seq], got {tokens.shape}")
+        raise InputError(f"token ids must have shape [batch, seq], got {tokens.shape}")
     if tokens.shape[0] == 0 or tokens.shape[1] == 0:
-        raise ValueError(f"token ids must be non-empty, got shape {tokens.shape}")
+        raise InputError(f"token ids must be non-empty, got shape {tokens.shape}")
     if tokens.dtype.kind not in "iu":  # bool, float, complex, str: never token ids
-        raise TypeError(f"token ids must be integers, got dtype {tokens.dtype}")
+        raise InputTypeError(f"token ids must be integers, got dtype {tokens.dtype}")
     if tokens.min() < 0 or tokens.max() >= config.input_vocab_size:
-        raise ValueError(
+        raise InputError(
             f"token ids must lie in [0, {config.input_vocab_size}), got range "
             f"[{tokens.min()}, {tokens.max()}]"
         )
     if offset + tokens.shape[1] > config.max_seq_len:
-        raise ValueError(
+        raise InputError(
             f"sequence length {offset + tokens.shape[1]} exceeds the context max_seq_len={config.max_seq_len}"
         )
     return tokens.astype(np.int64)
@@ -215,17 +219,17 @@ def _check_constant_g(g: Sequence[Array] | None, config: PLDRConfig) -> None:
     if g is None:
         return
     if len(g) != config.num_layers:
-        raise ValueError(f"constant G needs one operator per layer ({config.num_layers}), got {len(g)}")
+        raise InputError(f"constant G needs one operator per layer ({config.num_layers}), got {len(g)}")
     want = (config.num_heads, config.depth, config.depth)
     for i, gi in enumerate(g):
         if tuple(np.shape(gi))[-3:] != want:
-            raise ValueError(f"constant G of layer {i} must end in shape {want}, got {np.shape(gi)}")
+            raise InputError(f"constant G of layer {i} must end in shape {want}, got {np.shape(gi)}")
         if not is_mp(gi):
             arr = np.asarray(gi)
             if arr.dtype.kind != "f":
-                raise TypeError(f"constant G of layer {i} must be floating point, got dtype {arr.dtype}")
+                raise InputTypeError(f"constant G of layer {i} must be floating point, got dtype {arr.dtype}")
             if not np.all(np.isfinite(arr)):
-                raise ValueError(f"constant G of layer {i} has non-finite entries (NaN or inf)")
+                raise InputError(f"constant G of layer {i} has non-finite entries (NaN or inf)")
 
 
 def decoder_layer(
@@ -271,11 +275,8 @@ def decoder_layer(
         k = np.concatenate([cache.k, k], axis=2)  # [B, H, T+S, d]
         v = np.concatenate([cache.v, v], axis=2)
         new_allowed = np.ones((h.shape[0], h.shape[1]), dtype=bool)  # generated keys: never masked
-        key_allowed = np.concatenate([cache.key_allowed, new_allowed], axis=1)
-        support = np.broadcast_to(key_allowed[:, None, :], (h.shape[0], h.shape[1], k.shape[2]))
-        s_new, t_all = h.shape[1], k.shape[2]
-        causal = np.tril(np.ones((s_new, t_all), dtype=bool), k=t_all - s_new)
-        support = support & causal[None]
+        key_allowed = np.concatenate([cache.key_allowed, new_allowed], axis=1)  # [B, T]
+        support = spec.attention_support(h.shape[1], k.shape[2], causal=True, key_padding=~key_allowed)  # [B, S, T]
     else:
         if support is None:
             raise ValueError("a full (uncached) pass needs the attention support")
@@ -335,14 +336,16 @@ def step(
     constant_g: Sequence[Array] | None = None,
 ) -> tuple[Array, list[LayerCache]]:
     """A cached decoding step: new token ids [B, S_new] at positions after the cache → logits."""
-    if mode not in ("kv", "kvg"):
-        raise ValueError(f"cached steps need mode 'kv' or 'kvg', got {mode!r}")
+    if mode not in ("kv", "kvg", "collapsed"):
+        raise InputError(f"cached steps need mode 'kv', 'kvg' or 'collapsed', got {mode!r}")
+    if (mode == "collapsed") != (constant_g is not None):
+        raise InputError("mode 'collapsed' goes with constant_g, and constant_g with mode 'collapsed'")
     if len(caches) != config.num_layers or not all(isinstance(c, LayerCache) for c in caches):
-        raise ValueError(f"caches must be {config.num_layers} LayerCache objects (from forward), got {len(caches)}")
+        raise InputError(f"caches must be {config.num_layers} LayerCache objects (from forward), got {len(caches)}")
     offset = caches[0].k.shape[2]
     tokens = _check_tokens(tokens, config, offset)
     if tokens.shape[0] != caches[0].k.shape[0]:
-        raise ValueError(f"step has batch {tokens.shape[0]} but the cache holds batch {caches[0].k.shape[0]}")
+        raise InputError(f"step has batch {tokens.shape[0]} but the cache holds batch {caches[0].k.shape[0]}")
     _check_constant_g(constant_g, config)
     params = backend_params(params)
     positions = np.arange(offset, offset + tokens.shape[1])
@@ -358,51 +361,25 @@ def step(
     return logits, new_caches
 
 
-def check_sampling(temperature: float, top_k: int, top_p: float) -> None:
-    """Finite temperature ≥ 0, integer top_k ≥ 0, 0 < top_p ≤ 1 (NaN and inf are refused)."""
-    if isinstance(top_k, bool) or not isinstance(top_k, (int, np.integer)):
-        raise TypeError(f"top_k must be an integer, got {top_k!r}")
-    for name, value in (("temperature", temperature), ("top_p", top_p)):
-        if isinstance(value, bool) or not isinstance(value, (int, float, np.integer, np.floating)):
-            raise TypeError(f"{name} must be a number, got {value!r}")
-    if not (math.isfinite(temperature) and temperature >= 0) or not (0 < top_p <= 1) or top_k < 0:
-        raise ValueError(f"need finite temperature ≥ 0, 0 < top_p ≤ 1, top_k ≥ 0; got {temperature}, {top_p}, {top_k}")
+def check_generation(mode: str, constant: bool, max_new_tokens: int) -> None:
+    """The mode and length rules shared by the reference and the kernels (one home).
 
-
-def sample_next(
-    logits: Array,
-    rng: np.random.Generator | None = None,
-    temperature: float = 0.0,
-    top_k: int = 0,
-    top_p: float = 1.0,
-) -> Array:
-    """Next token ids [B] from last-position logits [B, V].
-
-    ``temperature == 0`` is greedy (first maximum on ties). Otherwise logits/temperature are
-    restricted to the ``top_k`` largest (if > 0) and to the smallest set whose probability
-    reaches ``top_p`` (the token that crosses p is kept: standard nucleus sampling, one token
-    wider than the published loop's cut), then one token is drawn with ``rng``.
+    ``mode`` one of :data:`MODES`; constant operators go with ``collapsed`` (cached) or
+    ``nocache`` (recomputed), never with ``kv``/``kvg``, which cache what the metric learner
+    computed from the prompt; ``collapsed`` needs constant operators; ``max_new_tokens`` ≥ 0.
     """
-    logits = as_float64(logits)
-    check_sampling(temperature, top_k, top_p)
-    if logits.ndim != 2 or logits.shape[1] == 0:
-        raise ValueError(f"logits must have shape [batch, vocab], got {logits.shape}")
-    if not np.all(np.isfinite(logits)):
-        raise NonFiniteError("next-token logits are not finite (NaN or inf)")
-    if temperature == 0:
-        return np.argmax(logits, axis=-1)
-    if rng is None:
-        raise ValueError("sampling with temperature > 0 needs a seeded numpy Generator")
-    out = np.empty(logits.shape[0], dtype=np.int64)
-    for b, row in enumerate(logits / temperature):
-        order = np.argsort(-row, kind="stable")  # [V] most likely first
-        keep = len(order) if top_k == 0 else min(top_k, len(order))
-        probs = np.exp(row[order[:keep]] - row[order[0]])
-        probs /= probs.sum()
-        cut = int(np.searchsorted(np.cumsum(probs), top_p * (1 - 1e-12)) + 1)
-        probs = probs[: max(1, min(cut, keep))]
-        out[b] = order[rng.choice(len(probs), p=probs / probs.sum())]
-    return out
+    if mode not in MODES:
+        raise InputError(f"unknown mode {mode!r}; use one of {', '.join(MODES)}")
+    if mode == "collapsed" and not constant:
+        raise InputError("mode 'collapsed' needs constant operators (a collapsed model, or constant G per layer)")
+    if mode in LEARNER_CACHE_MODES and constant:
+        raise InputError(
+            f"mode {mode!r} caches the metric learner's prompt operators; with constant operators use mode 'collapsed'"
+        )
+    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
+        raise InputTypeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
+    if max_new_tokens < 0:
+        raise InputError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
 
 
 def generate(
@@ -420,29 +397,24 @@ def generate(
 ) -> GenerationResult:
     """Decode ``max_new_tokens`` tokens after ``prompt`` [B, S] (greedy unless temperature > 0).
 
-    Modes (SPEC §3): ``nocache`` recomputes the whole forward (so G) every step; ``kv`` caches
-    rotated K, V and the prompt's generator A and recomputes G_LM from that frozen A; ``kvg``
-    also freezes A_LM and G_LM; ``constant`` uses ``constant_g`` and never runs the learner.
-    Cached steps attend to every cached key except the prompt's padding keys.
+    Modes (:data:`MODES`, SPEC §3): ``nocache`` recomputes the whole forward (so G) every step;
+    ``kv`` caches rotated K, V and the prompt's generator A and recomputes G_LM from that frozen
+    A; ``kvg`` also freezes A_LM and G_LM; ``collapsed`` uses ``constant_g`` on the prompt and
+    every step and never runs the learner. ``constant_g`` goes with ``collapsed`` or ``nocache``
+    (full recompute under the constant operators). Cached steps attend to every cached key except
+    the prompt's padding keys. Sampling (:mod:`plga.reference.sampling`) is seeded by ``seed``
+    (default :data:`~plga.reference.sampling.DEFAULT_SEED`).
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
-    if mode == "constant" and constant_g is None:
-        raise ValueError("mode 'constant' needs constant_g (one operator per layer)")
-    if isinstance(max_new_tokens, bool) or not isinstance(max_new_tokens, (int, np.integer)):
-        raise TypeError(f"max_new_tokens must be an integer, got {max_new_tokens!r}")
-    if max_new_tokens < 0:
-        raise ValueError(f"max_new_tokens must be ≥ 0, got {max_new_tokens}")
+    check_generation(mode, constant_g is not None, max_new_tokens)
     check_sampling(temperature, top_k, top_p)
-    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, (int, np.integer)) or seed < 0):
-        raise ValueError(f"seed must be a non-negative integer, got {seed!r}")
+    seed = check_seed(seed)
     _check_constant_g(constant_g, config)
     tokens = _check_tokens(prompt, config)
     if tokens.shape[1] + max_new_tokens > config.max_seq_len:
-        raise ValueError(
+        raise InputError(
             f"prompt length {tokens.shape[1]} + {max_new_tokens} new tokens exceeds max_seq_len={config.max_seq_len}"
         )
-    rng = np.random.default_rng(seed) if seed is not None else None
+    rng = np.random.default_rng(seed)
     steps: list[Array] = []
     if mode == "nocache":
         for _ in range(max_new_tokens):
@@ -453,7 +425,7 @@ def generate(
     elif max_new_tokens:
         result = forward(params, config, tokens, constant_g=constant_g)
         caches, logits = result.caches, result.logits[:, -1]
-        cached_mode = "kvg" if mode == "constant" else mode
+        cached_mode = "collapsed" if constant_g is not None else mode
         for n in range(max_new_tokens):
             steps.append(logits)
             nxt = sample_next(logits, rng, temperature, top_k, top_p)
@@ -472,11 +444,10 @@ __all__ = [
     "ForwardResult",
     "GenerationResult",
     "LayerCache",
-    "NonFiniteError",
     "attention_support",
     "backend_params",
     "check_activation",
-    "check_finite", "check_sampling",
+    "check_finite", "check_generation", "check_sampling",
     "decoder_layer",
     "embed",
     "forward",

@@ -18,6 +18,7 @@ from typing import Any
 import mpmath
 import numpy as np
 
+from ..errors import InputError
 from .numerics import Array, exp, is_mp, rpow, scalar, sqrt
 
 #: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
@@ -265,6 +266,38 @@ def sdpa_attention(
     return _attend(sdpa_scores(q, k, sqrt_d), v, support, fill)
 
 
+# --- The mask convention (one home for every implementation) -------------------------------
+
+
+def causal_support(s: int, t: int) -> Array:
+    """The causal mask convention of the whole project → [S, T] bool, True = may attend.
+
+    The S queries are the **last** S of the T key positions (bottom-right alignment, as in
+    cached decoding): query i sits at position T − S + i and sees keys j ≤ T − S + i. A full
+    pass is S = T (lower triangle); a decoding step is S = 1 (every key). Not a Lean definition:
+    it builds the support ``J`` that ``maskedSoftmax`` / ``finiteMaskSoftmax`` take.
+    """
+    if s > t:
+        raise InputError(f"causal attention needs S ≤ T (queries are the last S positions), got S={s}, T={t}")
+    return np.tril(np.ones((s, t), dtype=bool), k=t - s)
+
+
+def attention_support(s: int, t: int, *, causal: bool, key_padding: Any = None) -> Array | None:
+    """Allowed (query, key) pairs → [B or 1, S, T] bool, or None when every pair is allowed.
+
+    ``causal``: :func:`causal_support`; ``key_padding`` [B, T] bool, True at padding keys
+    (token id 0), which no query attends.
+    """
+    allowed = causal_support(s, t)[None] if causal else None  # [1, S, T]
+    if key_padding is not None:
+        pad = np.asarray(key_padding, dtype=bool)
+        if pad.ndim != 2 or pad.shape[1] != t:
+            raise InputError(f"key_padding must be bool [B, T={t}], got shape {pad.shape}")
+        keys = ~pad[:, None, :]  # [B, 1, T]
+        allowed = keys if allowed is None else allowed & keys
+    return allowed
+
+
 # --- Rope.lean ------------------------------------------------------------------------------
 
 
@@ -395,5 +428,7 @@ LEAN_NAMES: dict[str, Callable[..., Any]] = {
     "dagLoss": dag_loss,
 }
 
-__all__ = [f.__name__ for f in LEAN_NAMES.values()] + ["LEAN_NAMES", "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL"]
+__all__ = [f.__name__ for f in LEAN_NAMES.values()] + [
+    "LEAN_NAMES", "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "attention_support", "causal_support",
+]
 

@@ -275,7 +275,36 @@ def assert_bitwise_equal(actual: Any, expected: Any, *, what: str, note: str = "
         )
 
 
+
+
+#: The one fixed tolerance: a float64 implementation against the float64 reference, relative
+#: to the largest true value (both evaluate the same expressions in float64; 1e-10 leaves room
+#: for reduction-order differences and a power stage's amplification, and still catches any
+#: mathematical difference).
+FLOAT64_RTOL = 1e-10
+
+
+def assert_float64_close(actual: Any, expected: Any, *, rtol: float = FLOAT64_RTOL, what: str = "output") -> float:
+    """Assert ``max|actual − expected| ≤ rtol · max|expected|``; return the relative error."""
+    a, e = _to_numpy64(actual), _to_numpy64(expected)
+    if a.shape != e.shape:
+        raise ConformanceFailure(f"{what}: shape {a.shape} != expected {e.shape}")
+    if not a.size:
+        return 0.0
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(a - e)
+    num = float(np.max(diff)) if np.all(np.isfinite(diff)) else math.inf
+    den = float(np.max(np.abs(e)))
+    err = num / den if den else (0.0 if num == 0 else math.inf)
+    if not err <= rtol:
+        idx = tuple(int(i) for i in np.unravel_index(int(np.nanargmax(np.where(np.isfinite(diff), diff, np.inf))), a.shape))
+        raise ConformanceFailure(
+            f"{what}: relative error {err:.3e} > {rtol:.1e}; worst at {idx}: {a[idx]!r} vs expected {e[idx]!r}"
+        )
+    return err
+
+
 __all__ = [
-    "DEFAULT_K", "DTYPE_PRECISIONS", "K_OVERRIDES", "UNIT_ROUNDOFF", "Comparison", "ConformanceFailure",
-    "assert_bitwise_equal", "assert_conforms", "compare", "dtype_name", "k_for", "rounding_floor", "ulp",
+    "DEFAULT_K", "DTYPE_PRECISIONS", "FLOAT64_RTOL", "K_OVERRIDES", "UNIT_ROUNDOFF", "Comparison", "ConformanceFailure",
+    "assert_bitwise_equal", "assert_conforms", "assert_float64_close", "compare", "dtype_name", "k_for", "rounding_floor", "ulp",
 ]

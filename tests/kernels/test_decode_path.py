@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from plga.kernels import PLDRModel
-from plga.kernels.testing import assert_rel_close
 from plga.reference.config import PLDRConfig
 
 from .kernel_helpers import model_pair
+from .policy import assert_rel_close
 
 PROMPT = torch.tensor([[5, 9, 1, 30, 2], [0, 0, 3, 4, 5]])
 
@@ -53,7 +53,8 @@ def test_fused_full_pass_matches_the_module_path(dff):
     assert_rel_close(fast.logits, slow.logits.detach(), rtol=1e-12, name="logits")
     for a, b in zip(fast.deductive, slow.deductive, strict=True):
         assert_rel_close(a["G_LM"], b["G_LM"].detach(), rtol=1e-12, name="G_LM")
-    w12, _, n = model._layer_decode_w(0)[2]
+    layer = model.decoder.dec_layers[0]
+    w12, _, n = model._packed.layer(0, layer.mha1, layer.ffn, model.device)[2]
     parts = w12.shape[0]
     assert n == parts * w12.shape[2] and n % (16 * parts) == 0 and n >= 2 * dff
 
@@ -67,7 +68,7 @@ def test_packed_copies_follow_the_thread_count():
         for threads in (1, 3):
             torch.set_num_threads(threads)
             outs.append(model.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits)
-            assert model._final_decode_w()[0].shape[0] == threads
+            assert model._packed.final(model.final_layer, model.device)[0].shape[0] == threads
     finally:
         torch.set_num_threads(before)
     assert_rel_close(outs[0], outs[1], rtol=1e-12)
@@ -88,7 +89,7 @@ def test_decode_copies_are_not_state_and_follow_parameter_changes():
     _, model = model_pair(PLDRConfig.from_name("tiny"), 13)
     keys = list(model.state_dict())
     model.generate(PROMPT, 3, "kv")
-    assert model._decode_w, "the decode copies were built"
+    assert model._packed, "the decode copies were built"
     assert list(model.state_dict()) == keys  # nothing persistent registered
     before = model.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits
     with torch.no_grad():  # in-place change: version bump invalidates the copies
@@ -112,8 +113,8 @@ def test_dtype_cast_rebuilds_copies():
     m32 = model.to(torch.float32)
     out = m32.generate(PROMPT, 3, "kv", return_step_logits=True).step_logits
     assert out.dtype == torch.float32
-    packed = [p for _, ps in m32._decode_w.values() for p in ps]
-    assert packed and all(w.dtype == b.dtype == torch.float32 for w, b, _ in packed)
+    packed = m32._packed.all_tensors()
+    assert packed and all(t.dtype == torch.float32 for t in packed)
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
@@ -127,12 +128,13 @@ def test_from_reference_loads_exactly_without_random_init(dtype):
         w = again.state_dict()[k]
         assert w.dtype == v.dtype and w.device.type == "cpu" and torch.equal(w, v)
     assert all(not p.is_meta for p in again.parameters())
-    assert torch.equal(again._rope64[0], model._rope64[0])
+    with torch.no_grad():
+        assert torch.equal(again(PROMPT).logits, model(PROMPT).logits)  # real RoPE tables, not meta
 
 
 def test_generate_steps_still_report_non_finite_hidden_states():
     """generate's own steps check the last layer's hidden state (non-finite rows propagate)."""
-    from plga.reference.decoder import NonFiniteError
+    from plga.errors import NonFiniteError
 
     _, model = model_pair(PLDRConfig.from_name("tiny"), 16, dtype=torch.float32)
     prompt = torch.tensor([[5, 9, 1]])
@@ -156,7 +158,8 @@ def test_collapse_under_inference_mode_keeps_ordinary_parameters():
     with torch.inference_mode():
         collapsed = model.collapse_from(torch.tensor([[3, 5, 7, 9]]))
     assert not any(p.is_inference() for p in collapsed.parameters())
-    assert collapsed._layer_decode_w(0) is not None
+    layer = collapsed.decoder.dec_layers[0]
+    assert collapsed._packed.layer(0, layer.mha1, layer.ffn, collapsed.device) is not None
 
 
 def test_forward_hooks_fire_without_autograd():
@@ -183,8 +186,8 @@ def test_eager_backend_stays_on_the_modules():
     _, model = model_pair(PLDRConfig.from_name("tiny"), 17)
     with torch.inference_mode():
         eager = model(PROMPT, logits="last", backend="eager").logits
-    assert not model._decode_w
+    assert not model._packed
     with torch.inference_mode():
         fused = model(PROMPT, logits="last").logits
-    assert model._decode_w
+    assert model._packed
     assert_rel_close(fused, eager, rtol=1e-12)

@@ -13,15 +13,16 @@ from hypothesis import strategies as st
 
 from plga.kernels import functional as KF
 from plga.kernels import plga_attention, plga_attention_eager
-from plga.kernels.testing import (
-    assert_rel_close,
-    assert_within_policy,
-    baseline_attention,
-    policy_check,
-)
+from plga.kernels.packed import pack_linear, packed_linear
 from plga.reference import spec
 
 from .kernel_helpers import FEW
+from .policy import (
+    assert_rel_close,
+    assert_within_policy,
+    baseline_attention,
+    within_policy,
+)
 
 
 def _support(s, t, causal, pad):
@@ -109,7 +110,7 @@ def test_attention_float32_within_policy(shape, g_kind, causal, seed):
     allowed = _support(s, t, causal, None)
     truth = _reference(q, k, v, G, allowed, True)
     f = lambda x: x.float()  # noqa: E731
-    base = baseline_attention(f(q), f(k), f(v), f(G), allowed=torch.as_tensor(allowed))
+    base = baseline_attention(f(q), f(k), f(v), f(G), causal=causal)
     for backend in ("sdpa", "eager"):
         out = plga_attention(f(q), f(k), f(v), f(G), causal=causal, backend=backend)
         assert out.dtype == torch.float32
@@ -214,11 +215,11 @@ def test_negative_controls_are_rejected(broken):
     with pytest.raises(AssertionError):
         assert_rel_close(bad, truth)
     f = lambda x: x.float()  # noqa: E731
-    base = baseline_attention(f(q), f(k), f(v), f(G), allowed=torch.as_tensor(allowed))
+    base = baseline_attention(f(q), f(k), f(v), f(G), causal=True)
     bad32 = broken(f(q), f(k), f(v), f(G), causal=True) if broken is not _broken_causal_off_by_one else broken(f(q), f(k), f(v), f(G))
-    assert not policy_check(bad32, truth, base).ok
+    assert not within_policy(bad32, truth, base)
     good32 = plga_attention(f(q), f(k), f(v), f(G), causal=True)
-    assert policy_check(good32, truth, base).ok
+    assert within_policy(good32, truth, base)
 
 
 # --- the operator chain ---------------------------------------------------------------------
@@ -342,17 +343,17 @@ def test_packed_linear_equals_addmm(parts, m, n):
     wt = torch.randn(k, n, generator=gen, dtype=torch.float64)
     b = torch.randn(n, generator=gen, dtype=torch.float64)
     x = torch.randn(m, k, generator=gen, dtype=torch.float64)
-    w, bp, width = KF.pack_linear(wt, b, parts)
+    w, bp, width = pack_linear(wt, b, parts)
     assert w.shape[0] == parts and width == n and (w.shape[0] * w.shape[2]) % (16 * parts) == 0
-    got = KF.packed_linear(x, w, bp, width)
+    got = packed_linear(x, w, bp, width)
     assert got.shape == (m, n)
     assert_rel_close(got, torch.addmm(b, x, wt), rtol=1e-14)
-    assert_rel_close(KF.packed_linear(x[:, :].t().contiguous().t(), w, bp, width), torch.addmm(b, x, wt), rtol=1e-14)
+    assert_rel_close(packed_linear(x[:, :].t().contiguous().t(), w, bp, width), torch.addmm(b, x, wt), rtol=1e-14)
 
 
 def test_packed_linear_negative_control_block_order():
     """Swapping two blocks (a wrong column order) is caught by the equality above."""
     wt, b, x = torch.randn(5, 64, dtype=torch.float64), torch.randn(64, dtype=torch.float64), torch.randn(1, 5, dtype=torch.float64)
-    w, bp, n = KF.pack_linear(wt, b, 2)
+    w, bp, n = pack_linear(wt, b, 2)
     with pytest.raises(AssertionError):
-        assert_rel_close(KF.packed_linear(x, w.flip(0), bp.flip(0), n), torch.addmm(b, x, wt), rtol=1e-14)
+        assert_rel_close(packed_linear(x, w.flip(0), bp.flip(0), n), torch.addmm(b, x, wt), rtol=1e-14)

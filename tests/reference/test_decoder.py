@@ -8,6 +8,7 @@ import pytest
 from plga.reference import decoder
 from plga.reference.checkpoint import random_params
 from plga.reference.config import PLDRConfig
+from plga.reference.sampling import DEFAULT_SEED, sample_next
 
 CONFIG = PLDRConfig.from_name("tiny")
 PARAMS = decoder.to_backend(random_params(CONFIG, seed=11))
@@ -25,7 +26,7 @@ def test_constant_g_equal_to_the_prompt_operator_reproduces_kvg():
     """Inference collapse at model level: the cached G as a constant gives the kvg model."""
     prompt_g = [ded["G_LM"][0] for ded in decoder.forward(PARAMS, CONFIG, PROMPT).deductive]
     kvg = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "kvg")
-    const = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "constant", constant_g=prompt_g)
+    const = decoder.generate(PARAMS, CONFIG, PROMPT, 8, "collapsed", constant_g=prompt_g)
     np.testing.assert_array_equal(const.tokens, kvg.tokens)
     np.testing.assert_array_equal(const.step_logits, kvg.step_logits)
 
@@ -34,14 +35,14 @@ def test_a_different_constant_g_changes_the_logits():
     """Negative control for the test above: the comparison sees a wrong operator."""
     prompt_g = [ded["G_LM"][0] * 1.01 for ded in decoder.forward(PARAMS, CONFIG, PROMPT).deductive]
     kvg = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "kvg")
-    const = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "constant", constant_g=prompt_g)
+    const = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "collapsed", constant_g=prompt_g)
     assert not np.array_equal(const.step_logits, kvg.step_logits)
 
 
 def test_cached_step_equals_full_forward_under_constant_g():
     """With G fixed, a KV-cached step and a full recomputation give the same logits."""
     g = [np.eye(CONFIG.depth)[None].repeat(CONFIG.num_heads, 0)] * CONFIG.num_layers
-    cached = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "constant", constant_g=g)
+    cached = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "collapsed", constant_g=g)
     full = decoder.generate(PARAMS, CONFIG, PROMPT, 6, "nocache", constant_g=g)
     np.testing.assert_array_equal(cached.tokens, full.tokens)
     np.testing.assert_allclose(cached.step_logits, full.step_logits, rtol=1e-12, atol=1e-12)
@@ -82,9 +83,9 @@ def test_seeded_sampling_is_reproducible_and_greedy_limits_agree():
 def test_top_p_keeps_the_smallest_set_reaching_p():
     logits = np.log(np.array([[0.5, 0.3, 0.15, 0.05]]))
     rng = np.random.default_rng(0)
-    draws = {int(decoder.sample_next(logits, rng, 1.0, 0, 0.7)[0]) for _ in range(400)}
+    draws = {int(sample_next(logits, rng, 1.0, 0, 0.7)[0]) for _ in range(400)}
     assert draws == {0, 1}  # 0.5 < 0.7 ≤ 0.8: the crossing token is kept, the rest never drawn
-    draws = {int(decoder.sample_next(logits, rng, 1.0, 0, 0.5)[0]) for _ in range(200)}
+    draws = {int(sample_next(logits, rng, 1.0, 0, 0.5)[0]) for _ in range(200)}
     assert draws == {0}
 
 
@@ -107,14 +108,17 @@ def test_bad_token_input_is_refused(tokens, error):
 def test_generation_arguments_are_validated():
     with pytest.raises(ValueError, match="unknown mode"):
         decoder.generate(PARAMS, CONFIG, PROMPT, 2, "fast")
-    with pytest.raises(ValueError, match="needs constant_g"):
-        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "constant")
+    with pytest.raises(ValueError, match="needs constant operators"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "collapsed")
     with pytest.raises(ValueError, match="exceeds max_seq_len"):
         decoder.generate(PARAMS, CONFIG, PROMPT, 60, "kv")
     with pytest.raises(ValueError, match="one operator per layer"):
-        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "constant", constant_g=[])
-    with pytest.raises(ValueError, match="seeded"):
-        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "kv", temperature=1.0)
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "collapsed", constant_g=[])
+    with pytest.raises(ValueError, match="with constant operators use mode 'collapsed'"):
+        decoder.generate(PARAMS, CONFIG, PROMPT, 2, "kv", constant_g=[np.eye(CONFIG.depth)] * CONFIG.num_layers)
+    unseeded = decoder.generate(PARAMS, CONFIG, PROMPT, 4, "kv", temperature=1.0)  # the documented default seed
+    seeded = decoder.generate(PARAMS, CONFIG, PROMPT, 4, "kv", temperature=1.0, seed=DEFAULT_SEED)
+    np.testing.assert_array_equal(unseeded.tokens, seeded.tokens)
 
 
 def test_overflowing_power_stage_is_reported_with_layer_and_head():

@@ -1,0 +1,49 @@
+"""Deferred finiteness checks of one forward or decoding step: one device sync per call."""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from ..errors import NonFiniteError
+
+#: The deductive tensors of a layer, flagged per (batch, head).
+DEDUCTIVE = ("A", "A_LM", "A_P", "G_LM")
+
+
+class FiniteGuard:
+    """Finiteness flags collected during a pass; :meth:`check` raises for the first bad entry.
+
+    Deductive tensors [B, H, d, d] are flagged per (batch, head), hidden states [B, S, D] per
+    (batch, position); the message names the layer and the heads (or positions), as the
+    reference's ``check_finite`` / ``check_activation`` do.
+    """
+
+    def __init__(self, deductive: bool = True) -> None:
+        self.entries: list[tuple[int, str, Tensor]] = []
+        self.deductive = deductive  # False: hidden states only (the operators were checked already)
+
+    def add(self, layer: int, name: str, t: Tensor | None) -> None:
+        if t is None or t.ndim < 3 or (not self.deductive and name in DEDUCTIVE):
+            return
+        flags = ~torch.isfinite(t.detach()).reshape(t.shape[0], t.shape[1], -1).all(-1)  # [B, H] or [B, S]
+        self.entries.append((layer, name, flags))
+
+    def check(self) -> None:
+        entries, self.entries = self.entries, []
+        if not entries:
+            return
+        any_bad = torch.stack([f.any() for _, _, f in entries])
+        if not bool(any_bad.any()):  # the one device sync
+            return
+        layer, name, flags = entries[int(any_bad.nonzero()[0, 0])]
+        idx = sorted({int(i) for i in flags.nonzero()[:, 1].tolist()})
+        if name in DEDUCTIVE:
+            hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
+            raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {idx}{hint}")
+        raise NonFiniteError(
+            f"layer {layer}: {name} is not finite at positions {idx} (activations overflowed or the weights are not finite)"
+        )
+
+
+__all__ = ["DEDUCTIVE", "FiniteGuard"]

@@ -1,0 +1,69 @@
+"""The kernel tests' view of the project's one tolerance policy.
+
+The policy and its baselines live in the conformance suite: :mod:`plga.conformance.tolerance`
+(``max|kernel − truth| ≤ k · max|baseline − truth| + floor``, and the one fixed float64
+tolerance) and :mod:`plga.conformance.eager` (the independent eager baselines in several
+operation orders). This module only adapts their calls to the shapes these tests use.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from plga.conformance import eager as eg
+from plga.conformance.tolerance import (
+    FLOAT64_RTOL,
+    assert_conforms,
+    assert_float64_close,
+    compare,
+    k_for,
+)
+
+#: The policy multiple downstream of an uncollapsed operator chain (the suite's override).
+K_CHAIN = k_for("forward_logits")
+
+
+def assert_rel_close(actual: Any, expected: Any, *, rtol: float = FLOAT64_RTOL, name: str = "output") -> float:
+    """The fixed float64 tolerance (relative to max|expected|); returns the relative error."""
+    return assert_float64_close(actual, expected, rtol=rtol, what=name)
+
+
+def assert_within_policy(actual: Any, expected: Any, baselines: Any, *, k: float = 2.0, name: str = "output") -> Any:
+    """``actual`` within k × the baselines' error against ``expected`` (+ the rounding floor)."""
+    return assert_conforms(actual, baselines, expected, k=k, what=name)
+
+
+def within_policy(actual: Any, expected: Any, baselines: Any, *, k: float = 2.0) -> bool:
+    return compare(actual, baselines, expected, k=k).passed
+
+
+def baseline_attention(
+    q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: bool, key_padding_mask: Tensor | None = None,
+    finite_mask: bool = True,
+) -> list[Tensor]:
+    """The suite's eager attention in the inputs' dtype, in every operation order it knows."""
+    return [
+        eg.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, finite_mask=finite_mask, order=o)
+        for o in eg.ATTENTION_ORDERS
+    ]
+
+
+def baseline_ensemble(
+    params: dict[str, np.ndarray], config: Any, tokens: Any, dtype: torch.dtype, *, constant_g: Any = None
+) -> dict[str, Any]:
+    """The suite's eager decoders in ``dtype`` (every order; bf16/fp16 also with a float32
+    chain): {"logits": [one per decoder], "G_LM": [per layer: one per decoder]}."""
+    state = {key: torch.as_tensor(np.asarray(val)) for key, val in params.items()}
+    decoders = [eg.EagerDecoder(state, config, dtype=dtype, order=o) for o in eg.ORDERS]
+    if dtype in (torch.bfloat16, torch.float16):
+        decoders.append(eg.EagerDecoder(state, config, dtype=dtype, wide_chain=True))
+    gs = None if constant_g is None else [torch.as_tensor(np.asarray(g)) for g in constant_g]
+    runs = [d.forward(torch.as_tensor(np.asarray(tokens)), gs) for d in decoders]
+    return {
+        "logits": [logits for logits, _, _ in runs],
+        "G_LM": [[deds[i]["G_LM"] for _, deds, _ in runs] for i in range(config.num_layers)],
+    }
