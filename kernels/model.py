@@ -38,6 +38,7 @@ from ..reference.decoder import MODES, check_generation
 from ..reference.numerics import float32_sqrt
 from ..reference.sampling import check_sampling, check_seed, sample_next
 from . import functional as KF
+from .cache import DecodeCache, LayerCache, RopeTables
 from .collapse import CollapseReport, collapse_statistics
 from .finite import DEDUCTIVE, FiniteGuard
 from .modules import LOW_PRECISION, PLDRDecoder
@@ -60,27 +61,6 @@ class ModelOutput:
     logits: Tensor | None
     hidden: Tensor  # [B, S, D] decoder output before final_layer
     deductive: list[dict[str, Tensor]] | None = None
-
-
-@dataclasses.dataclass
-class LayerCache:
-    """One layer's static cache: rotated keys, values (preallocated to capacity) and operators."""
-
-    k: Tensor  # [B, H, T_max, d]
-    v: Tensor  # [B, H, T_max, d]
-    A: Tensor | None = None  # [B, H, d, d] prompt generator (kv mode)
-    A_LM: Tensor | None = None  # [B, H, d, d]
-    G_LM: Tensor | None = None  # [B, H, d, d] operator used for new tokens (kvg mode)
-
-
-@dataclasses.dataclass
-class DecodeCache:
-    """Static preallocated KV cache for all layers; ``length`` positions are filled."""
-
-    layers: list[LayerCache]
-    length: int
-    capacity: int
-    key_padding: Tensor | None  # [B, capacity] True at the prompt's padding keys, or None
 
 
 @dataclasses.dataclass
@@ -112,49 +92,6 @@ class _Pass:
     guard_last_only: bool = False  # generate's own steps: only the last layer's hidden state
 
 
-class _RopeTables:
-    """cos/sin tables built in float64 up to the positions a pass needs (never the whole
-    ``max_seq_len`` at once: a hostile context length must not allocate), cached per device
-    and chain dtype."""
-
-    def __init__(self, config: PLDRConfig) -> None:
-        self.config = config
-        self._length = 0
-        self._tables: dict[Any, Any] = {}
-
-    def clear(self) -> None:
-        self._length = 0
-        self._tables = {}
-
-    def _ensure(self, end: int) -> None:
-        if end > self._length:
-            c = self.config
-            self._length = min(c.max_seq_len, max(256, 1 << (end - 1).bit_length()))
-            self._tables = {"f64": KF.rope_tables(self._length, c.depth, c.rope_base)}
-
-    def slice(self, start: int, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        """cos, sin [length, d/2] for positions start … start + length − 1, in the chain dtype."""
-        end = start + length
-        if end > self.config.max_seq_len:
-            raise InputError(f"positions up to {end - 1} exceed the context max_seq_len={self.config.max_seq_len}")
-        self._ensure(end)
-        key = (device, KF.chain_dtype(dtype))
-        if key not in self._tables:
-            self._tables[key] = tuple(t.to(device=device, dtype=key[1]) for t in self._tables["f64"])
-        cos, sin = self._tables[key]
-        return cos[start:end], sin[start:end]
-
-    def complex(self, start: int, length: int, device: torch.device, dtype: torch.dtype) -> Tensor:
-        """cos + i·sin [length, d/2] (interleaved pairs as complex numbers), in the chain dtype."""
-        cos, sin = self.slice(start, length, device, dtype)
-        key = (device, KF.chain_dtype(dtype), "cis")
-        cis = self._tables.get(key)
-        if cis is None or cis.shape[0] < self._length:
-            full_cos, full_sin = self.slice(0, self._length, device, dtype)
-            cis = self._tables[key] = torch.complex(full_cos, full_sin)
-        return cis[start : start + length]
-
-
 class PLDRModel(nn.Module):
     """The PLDR-LLM v510 decoder (docs/spec.md §2) with fused PLGA attention and static caches.
 
@@ -176,7 +113,7 @@ class PLDRModel(nn.Module):
         self.collapse_report: CollapseReport | None = None
         self._emb_scale = float32_sqrt(config.d_model)  # √d_model in float32, as upstream
         self._scale = 1.0 / float32_sqrt(config.depth)  # 1/√d with √d in float32
-        self._rope = _RopeTables(config)
+        self._rope = RopeTables(config)
         self._packed = PackedWeights()
         for m in self.modules():
             if isinstance(m, nn.Linear):
