@@ -1,7 +1,9 @@
 """The ``plga`` console script.
 
-Every subcommand returns an exit code; any error reaches the user as one line on stderr
-with a non-zero exit, never a traceback (``PLGA_DEBUG=1`` shows it).
+Every subcommand returns an exit code. One error mapper (:func:`main`): an error caused by
+the user's input (:class:`plga.errors.PlgaError`) is one line on stderr and exit status 2
+(``PLGA_DEBUG=1`` shows its traceback); anything else is a bug of ours and keeps its
+traceback (exit 1). Verdicts use 0 (pass) and 1 (fail).
 """
 
 from __future__ import annotations
@@ -52,55 +54,38 @@ def _load_tokens(path: str) -> np.ndarray:
 def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
     from .atomic import atomic_path
 
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as fh:
+    try:
+        with atomic_path(path) as tmp, open(tmp, "wb") as fh:
             np.savez(fh, **arrays)
+    except OSError as exc:  # a folder in the way, no permission, a full disk: the path the user gave
+        raise UsageError(f"cannot write --out {path}: {exc.strerror or exc}") from None
 
 
-def _load_model(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], Any]:
-    from .reference.checkpoint import load_checkpoint
+def _load_model(args: argparse.Namespace) -> tuple[dict[str, np.ndarray], Any, list[np.ndarray] | None]:
+    """(params, config, stored operators): a collapsed checkpoint (``plga audit --collapse``,
+    ``PLDRModel.save_collapsed``) brings its constant operators, any other checkpoint None."""
+    from .reference.checkpoint import is_collapsed, load_checkpoint, load_collapsed
     from .reference.config import PLDRConfig
 
+    if is_collapsed(args.checkpoint):
+        if args.config:
+            raise UsageError(f"{args.checkpoint} is a collapsed checkpoint with its own config.json; drop --config")
+        return load_collapsed(args.checkpoint)
     config = PLDRConfig.from_json(args.config) if args.config else None
-    return load_checkpoint(args.checkpoint, config=config, max_seq_len=args.max_seq_len)
+    params, config = load_checkpoint(args.checkpoint, config=config, max_seq_len=args.max_seq_len)
+    return params, config, None
 
 
-def sdpa_reduction(seed: int = 0, dps: int = 50) -> tuple[list[tuple[str, str, str, float]], bool]:
-    """PLGA at G = I against SDPA on seeded inputs: rows (backend, shape, mask, max diff), verdict.
-
-    The verdict requires exactly 0 in float64 (the same arithmetic) and ≤ 1e-40 in mpmath.
-    """
-    from .reference import spec
-    from .reference.numerics import mp_eval
-
-    if not 16 <= dps <= 1000:
-        raise UsageError(f"--dps must lie in [16, 1000], got {dps}")
-    if seed < 0:
-        raise UsageError(f"--seed must be ≥ 0, got {seed}")
-    rng = np.random.default_rng(seed)
-    rows = []
-    for s, t, d in [(1, 1, 2), (5, 7, 4), (16, 16, 8), (33, 40, 16), (64, 64, 64)]:
-        q, k, v = (rng.standard_normal((2, 3, n, d)) for n in (s, t, t))  # [B, H, ·, d]
-        support = np.tril(np.ones((s, t), dtype=bool), k=t - s)
-        eye = np.eye(d)
-        for fill in (None, spec.MASK_FILL):
-            plga = spec.plga_attention(q, eye, k, v, support, None, fill)
-            sdpa = spec.sdpa_attention(q, k, v, support, None, fill)
-            rows.append(("float64", f"S={s} T={t} d={d}", "ideal" if fill is None else "finite", float(np.max(np.abs(plga - sdpa)))))
-    for s, d in [(3, 2), (4, 4)]:
-        q, k, v = (rng.standard_normal((s, d)) for _ in range(3))
-        support = np.tril(np.ones((s, s), dtype=bool))
-        plga = mp_eval(spec.plga_attention, q, np.eye(d), k, v, support, dps=dps)
-        sdpa = mp_eval(spec.sdpa_attention, q, k, v, support, dps=dps)
-        diff = max(abs(a - b) for a, b in zip(plga.flat, sdpa.flat, strict=True))
-        rows.append((f"mpmath {dps} digits", f"S={s} d={d}", "ideal", float(diff)))
-    worst64 = max(r[3] for r in rows if r[0] == "float64")
-    worstmp = max(r[3] for r in rows if r[0] != "float64")
-    return rows, worst64 == 0.0 and worstmp <= 1e-40
+def _check_backend_options(args: argparse.Namespace) -> None:
+    """--dtype and --device belong to the torch backend: refused with the reference one."""
+    if args.backend == "reference" and (args.dtype != "float64" or args.device != "cpu"):
+        raise UsageError("--dtype and --device apply to --backend torch; the reference computes in float64 on the CPU")
 
 
 def cmd_check_sdpa(args: argparse.Namespace) -> int:
     """PLGA with G = I against SDPA, float64 and mpmath references, seeded inputs."""
+    from .reference.reduction import MP_BOUND, sdpa_reduction
+
     rows, ok = sdpa_reduction(args.seed, args.dps)
     width = max(len(r[1]) for r in rows)
     print(f"{'backend':<18} {'shape':<{width}} {'mask':<7} max|PLGA(G=I) − SDPA|")
@@ -108,33 +93,35 @@ def cmd_check_sdpa(args: argparse.Namespace) -> int:
         print(f"{backend:<18} {shape:<{width}} {mask:<7} {diff:.3e}")
     worst64 = max(r[3] for r in rows if r[0] == "float64")
     worstmp = max(r[3] for r in rows if r[0] != "float64")
-    print(f"float64 max difference {worst64!r} (must be exactly 0); mpmath {worstmp:.3e} (must be ≤ 1e-40): {'PASS' if ok else 'FAIL'}")
+    print(f"float64 max difference {worst64!r} (must be exactly 0); mpmath {worstmp:.3e} (must be ≤ {MP_BOUND:g}): {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 
 def cmd_forward(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on token ids and write logits (and deductive tensors)."""
+    _check_backend_options(args)
     tokens = _load_tokens(args.tokens)
-    params, config = _load_model(args)
+    params, config, stored_g = _load_model(args)
     arrays: dict[str, np.ndarray] = {}
     if args.backend == "reference":
         from .reference import decoder
 
-        result = decoder.forward(decoder.to_backend(params), config, tokens)
+        result = decoder.forward(decoder.to_backend(params), config, tokens, constant_g=stored_g)
         arrays["logits"] = result.logits
         if args.deductive:
             for i, ded in enumerate(result.deductive):
                 for name in ("A", "A_LM", "A_P", "G_LM", "scores"):
                     arrays[f"layer{i}.{name}"] = np.asarray(ded[name])
     else:
-        arrays.update(_torch_forward(params, config, tokens, args))
+        arrays.update(_torch_forward(params, config, tokens, args, stored_g))
     _save_npz(args.out, arrays)
     print(f"wrote {args.out}: " + ", ".join(f"{k} {tuple(v.shape)}" for k, v in arrays.items()))
     return 0
 
 
-def _torch_model(params: dict[str, np.ndarray], config: Any, args: argparse.Namespace) -> Any:
-    """The kernels' PLDRModel on ``args.device`` in ``args.dtype`` (the operator chain stays ≥ float32)."""
+def _torch_model(params: dict[str, np.ndarray], config: Any, args: argparse.Namespace, stored_g: list[np.ndarray] | None) -> Any:
+    """The kernels' PLDRModel on ``args.device`` in ``args.dtype`` (the operator chain stays ≥ float32);
+    collapsed when the checkpoint stored constant operators."""
     try:
         import torch
 
@@ -142,7 +129,10 @@ def _torch_model(params: dict[str, np.ndarray], config: Any, args: argparse.Name
     except ImportError as exc:
         raise UsageError(f"--backend torch needs the torch extra (pip install 'plga[torch]'): {exc}") from None
     dtype = {"float64": torch.float64, "float32": torch.float32, "bfloat16": torch.bfloat16}[args.dtype]
-    return PLDRModel.from_reference(params, config, dtype=dtype, device=torch_device(args.device))
+    from .reference.checkpoint import COLLAPSED_KEY
+
+    state = params if stored_g is None else params | {COLLAPSED_KEY: np.stack(stored_g)}
+    return PLDRModel.from_reference(state, config, dtype=dtype, device=torch_device(args.device))
 
 
 def torch_device(name: str) -> Any:
@@ -163,33 +153,46 @@ def torch_device(name: str) -> Any:
     return device
 
 
-def _torch_forward(params: dict[str, np.ndarray], config: Any, tokens: np.ndarray, args: argparse.Namespace) -> dict[str, np.ndarray]:
+def _torch_forward(
+    params: dict[str, np.ndarray], config: Any, tokens: np.ndarray, args: argparse.Namespace, stored_g: list[np.ndarray] | None
+) -> dict[str, np.ndarray]:
     import torch
-    model = _torch_model(params, config, args)
+
+    model = _torch_model(params, config, args, stored_g)
     with torch.no_grad():
         out = model(torch.as_tensor(tokens, device=args.device), deductive=args.deductive)
     arrays = {"logits": out.logits.double().cpu().numpy()}
     if args.deductive:
         for i, ded in enumerate(out.deductive):
-            for name in ("A", "A_LM", "A_P", "G_LM", "scores"):
-                arrays[f"layer{i}.{name}"] = ded[name].double().cpu().numpy()
+            for name, value in ded.items():
+                arrays[f"layer{i}.{name}"] = value.double().cpu().numpy()
     return arrays
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
     """Greedy (or seeded sampled) decoding in a cache mode; writes tokens and step logits."""
     from .reference import decoder
+    from .reference.sampling import DEFAULT_SEED
 
+    _check_backend_options(args)
     tokens = _load_tokens(args.tokens)
-    params, config = _load_model(args)
-    constant_g = None
-    if args.constant_g:
-        constant_g = _load_constant_g(args.constant_g, config)
-    if args.mode == "constant" and constant_g is None:
-        raise UsageError("--mode constant needs --constant-g FILE.npz (key G_LM, [layers, heads, d, d])")
+    params, config, stored_g = _load_model(args)
+    if args.constant_g and stored_g is not None:
+        raise UsageError(f"{args.checkpoint} is collapsed and brings its own operators; drop --constant-g")
+    constant_g = _load_constant_g(args.constant_g, config) if args.constant_g else stored_g
+    mode = args.mode or ("collapsed" if constant_g is not None else "kv")
+    if args.constant_g and mode in decoder.LEARNER_CACHE_MODES:
+        raise UsageError(f"--constant-g replaces the metric learner, whose prompt operators --mode {mode} caches; "
+                         "use --mode collapsed (or nocache)")
+    if mode == "collapsed" and constant_g is None:
+        raise UsageError("--mode collapsed needs constant operators: a collapsed checkpoint, or --constant-g")
+    if stored_g is not None and mode in decoder.LEARNER_CACHE_MODES:
+        raise UsageError(f"{args.checkpoint} is collapsed (no metric learner): use --mode collapsed or nocache")
+    if args.temperature > 0 and args.seed is None:
+        print(f"sampling with the default seed {DEFAULT_SEED} (pass --seed N for another draw)", file=sys.stderr)
     if args.backend == "reference":
         result = decoder.generate(
-            decoder.to_backend(params), config, tokens, args.max_new_tokens, args.mode,
+            decoder.to_backend(params), config, tokens, args.max_new_tokens, mode,
             constant_g=constant_g, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
             seed=args.seed,
         )
@@ -197,16 +200,17 @@ def cmd_generate(args: argparse.Namespace) -> int:
     else:
         import torch
 
-        model = _torch_model(params, config, args)
+        model = _torch_model(params, config, args, stored_g)
+        g = None if constant_g is None or stored_g is not None else np.stack(constant_g)
         with torch.no_grad():
             gen = model.generate(
-                torch.as_tensor(tokens, device=args.device), args.max_new_tokens, args.mode,
-                G=None if constant_g is None else np.stack(constant_g), temperature=args.temperature,
-                top_k=args.top_k, top_p=args.top_p, seed=args.seed, return_step_logits=True,
+                torch.as_tensor(tokens, device=model.device), args.max_new_tokens, mode, G=g,
+                temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
+                return_step_logits=True,
             )
         out_tokens, step_logits = gen.tokens.cpu().numpy(), gen.step_logits.double().cpu().numpy()
     _save_npz(args.out, {"tokens": out_tokens, "step_logits": step_logits})
-    print(f"wrote {args.out}: tokens {out_tokens.shape}, step_logits {step_logits.shape}")
+    print(f"wrote {args.out}: tokens {out_tokens.shape}, step_logits {step_logits.shape} (mode {mode})")
     for row in out_tokens:
         print(" ".join(str(int(t)) for t in row))
     return 0
@@ -259,6 +263,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be ≥ 1, got {args.max_examples}")
     rows: list[dict[str, Any]] = []
+
+    from .reference.reduction import sdpa_reduction
 
     t0 = time.perf_counter()
     sdpa_rows, sdpa_ok = sdpa_reduction()
@@ -328,7 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
 
     p = sub.add_parser("check-sdpa", help="PLGA with G = I against SDPA in the float64 and mpmath references")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=int, default=0, help="seed of the random q, k, v (default 0)")
     p.add_argument("--dps", type=int, default=50, help="mpmath digits (default 50)")
     p.set_defaults(func=cmd_check_sdpa)
 
@@ -340,13 +346,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("generate", help="greedy or sampled decoding in a cache mode")
     _add_model_arguments(p)
-    p.add_argument("--max-new-tokens", type=int, required=True)
-    p.add_argument("--mode", choices=("nocache", "kv", "kvg", "constant"), default="kv")
-    p.add_argument("--constant-g", help=".npz with G_LM [layers, heads, d, d]: replaces the metric learner")
-    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default)")
-    p.add_argument("--top-k", type=int, default=0)
-    p.add_argument("--top-p", type=float, default=1.0)
-    p.add_argument("--seed", type=int, default=None, help="sampling seed (needed when temperature > 0)")
+    p.add_argument("--max-new-tokens", type=int, required=True, help="how many tokens to generate after the prompt")
+    p.add_argument("--mode", choices=("nocache", "kv", "kvg", "collapsed"), default=None,
+                   help="nocache: recompute the whole forward (and G) every step; kv: cache K, V and the prompt's "
+                   "generator A; kvg: also freeze the prompt's G_LM; collapsed: one constant operator per layer "
+                   "(a collapsed checkpoint's, or --constant-g). Default: collapsed with constant operators, else kv")
+    p.add_argument("--constant-g", help="constant operators replacing the metric learner: .npz (key G_LM, "
+                   "[layers, heads, d, d]) or .npy; goes with --mode collapsed or nocache")
+    p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
+    p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = all, default)")
+    p.add_argument("--top-p", type=float, default=1.0, help="nucleus: the smallest set reaching probability p (default 1)")
+    p.add_argument("--seed", type=int, default=None, help="sampling seed (default 0); the same seed gives the same "
+                   "tokens on both backends")
     _add_backend_arguments(p)
     p.set_defaults(func=cmd_generate)
 
@@ -395,12 +406,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("plga: interrupted", file=sys.stderr)
         return 130
-    except (PlgaError, ValueError, TypeError, OSError, KeyError) as exc:
+    except PlgaError as exc:  # the user's mistake or bad input: one line, exit 2
         if os.environ.get("PLGA_DEBUG"):
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"plga {args.command}: error: {message}", file=sys.stderr)
         return 2
+    # anything else is a bug of ours: Python prints the traceback and exits 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -51,21 +51,35 @@ def test_forward_and_generate_reproduce_the_golden_vectors(tmp_path, golden):
         (["forward", "/nonexistent.pth", "--tokens", "{tokens}", "--out", "{out}"], "does not exist"),
         (["forward", "{ckpt}", "--tokens", "{bad_tokens}", "--out", "{out}"], "neither .npy nor valid JSON"),
         (["forward", "{ckpt}", "--tokens", "{ragged}", "--out", "{out}"], "different lengths"),
-        (["generate", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--mode", "constant"], "needs --constant-g"),
+        (["generate", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--mode", "collapsed"], "needs constant operators"),
+        (["generate", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--mode", "kv", "--constant-g", "{g}"], "use --mode collapsed"),
+        (["generate", "{collapsed}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--mode", "kvg"], "is collapsed"),
+        (["forward", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--dtype", "float32"], "apply to --backend torch"),
+        (["forward", "{ckpt}", "--tokens", "{tokens}", "--out", "{tokens}/x.npz"], "cannot write --out"),
     ],
 )
 def test_errors_are_one_line_and_nonzero(tmp_path, argv, message):
     pytest.importorskip("safetensors")
-    from plga.reference.checkpoint import random_params, save_safetensors
+    from plga.reference.checkpoint import (
+        COLLAPSED_KEY,
+        is_learner_key,
+        random_params,
+        save_safetensors,
+    )
     from plga.reference.config import PLDRConfig
 
     config = PLDRConfig.from_name("tiny")
-    save_safetensors(random_params(config), config, tmp_path / "model")
+    params = random_params(config)
+    save_safetensors(params, config, tmp_path / "model")
+    gs = [np.eye(config.depth)[None].repeat(config.num_heads, 0)] * config.num_layers
+    np.savez(tmp_path / "g.npz", G_LM=np.stack(gs))
+    learner_free = {k: v for k, v in params.items() if not is_learner_key(k)}
+    save_safetensors(learner_free | {COLLAPSED_KEY: np.stack(gs).astype(np.float32)}, config, tmp_path / "collapsed", collapsed=True)
     (tmp_path / "tokens.json").write_text("[[1, 2, 3]]")
     (tmp_path / "bad.json").write_text("[[1, 2")
     (tmp_path / "ragged.json").write_text("[[1, 2], [3]]")
     names = {"tokens": tmp_path / "tokens.json", "bad_tokens": tmp_path / "bad.json", "ragged": tmp_path / "ragged.json",
-             "out": tmp_path / "o.npz", "ckpt": tmp_path / "model"}
+             "out": tmp_path / "o.npz", "ckpt": tmp_path / "model", "g": tmp_path / "g.npz", "collapsed": tmp_path / "collapsed"}
     result = run(*(a.format(**names) for a in argv))
     assert result.returncode != 0
     lines = result.stderr.strip().splitlines()
@@ -86,3 +100,72 @@ def test_torch_backend_reproduces_the_golden_greedy_tokens(tmp_path, golden, mod
     with np.load(out) as g:
         np.testing.assert_array_equal(g["tokens"][0], z[f"gen.{mode}.tokens"])
         np.testing.assert_allclose(g["step_logits"][0], z[f"gen.{mode}.step_logits"], rtol=0, atol=1e-12 * np.abs(z[f"gen.{mode}.step_logits"]).max())
+
+
+def test_a_collapsed_checkpoint_generates_on_both_backends(tmp_path):
+    """The folder ``plga audit --collapse`` / ``save_collapsed`` writes is a generate input
+    (mode collapsed by default), and both backends give the reference's tokens."""
+    pytest.importorskip("safetensors")
+    from plga.reference import decoder
+    from plga.reference.checkpoint import (
+        COLLAPSED_KEY,
+        is_learner_key,
+        random_params,
+        save_safetensors,
+    )
+    from plga.reference.config import PLDRConfig
+
+    config = PLDRConfig.from_name("tiny")
+    params = random_params(config, seed=3)
+    gs = np.random.default_rng(0).normal(size=(config.num_layers, config.num_heads, config.depth, config.depth))
+    kept = {k: v for k, v in params.items() if not is_learner_key(k)}
+    save_safetensors(kept | {COLLAPSED_KEY: gs.astype(np.float32)}, config, tmp_path / "collapsed", collapsed=True)
+    prompt = np.array([[4, 9, 1, 30]])
+    np.save(tmp_path / "p.npy", prompt)
+    want = decoder.generate(decoder.to_backend(kept), config, prompt, 5, "collapsed",
+                            constant_g=list(gs.astype(np.float32).astype(np.float64)))
+    for backend in ("reference", "torch"):
+        out = tmp_path / f"{backend}.npz"
+        argv = ["generate", str(tmp_path / "collapsed"), "--tokens", str(tmp_path / "p.npy"), "--max-new-tokens", "5",
+                "--out", str(out), "--backend", backend] + (["--dtype", "float64"] if backend == "torch" else [])
+        assert main(argv) == 0
+        with np.load(out) as z:
+            np.testing.assert_array_equal(z["tokens"], want.tokens, err_msg=backend)
+
+
+def test_sampling_without_a_seed_says_which_seed_it_used(tmp_path):
+    from plga.reference.checkpoint import random_params, save_safetensors
+    from plga.reference.config import PLDRConfig
+
+    config = PLDRConfig.from_name("tiny")
+    save_safetensors(random_params(config), config, tmp_path / "m")
+    (tmp_path / "t.json").write_text("[[1, 2, 3]]")
+    base = ["generate", str(tmp_path / "m"), "--tokens", str(tmp_path / "t.json"), "--max-new-tokens", "4", "--temperature", "0.9"]
+    a = run(*base, "--out", str(tmp_path / "a.npz"))
+    b = run(*base, "--out", str(tmp_path / "b.npz"), "--seed", "0")
+    assert a.returncode == 0 and b.returncode == 0 and "default seed" not in b.stderr
+    assert "default seed 0" in a.stderr and "pass --seed" in a.stderr
+    with np.load(tmp_path / "a.npz") as za, np.load(tmp_path / "b.npz") as zb:
+        np.testing.assert_array_equal(za["tokens"], zb["tokens"])
+
+
+def test_a_bug_of_ours_is_a_traceback_not_a_usage_line(monkeypatch, capsys):
+    """Only plga.errors.PlgaError becomes one line with exit 2: a ValueError escaping from our
+    own code is a bug and must keep its traceback (negative control of the error mapper)."""
+    import plga.cli as cli
+    from plga.errors import InputError
+
+    def buggy(args):
+        raise ValueError("an internal invariant broke")
+
+    def user_mistake(args):
+        raise InputError("the user's mistake")
+
+    parser = cli.build_parser()
+    monkeypatch.setattr(cli, "build_parser", lambda: parser)
+    parser._subparsers._group_actions[0].choices["check-sdpa"].set_defaults(func=buggy)
+    with pytest.raises(ValueError, match="internal invariant"):
+        main(["check-sdpa"])
+    parser._subparsers._group_actions[0].choices["check-sdpa"].set_defaults(func=user_mistake)
+    assert main(["check-sdpa"]) == 2
+    assert capsys.readouterr().err.strip() == "plga check-sdpa: error: the user's mistake"
