@@ -112,12 +112,11 @@ def truth_forward(state: Mapping[str, Any], config: Any, tokens: Any, constant_g
 
 
 def truth_generate(state: Mapping[str, Any], config: Any, prompt: Any, n: int, mode: str, constant_g: Sequence[Any] | None = None) -> Any:
-    """Reference greedy decoding (float64); ``collapsed`` is the reference's ``constant`` mode."""
+    """Reference greedy decoding (float64) in ``mode`` (the same mode names as the protocol)."""
     from ..reference import decoder
 
     g = None if constant_g is None else [to_np(x) for x in constant_g]
-    ref_mode = "constant" if mode == "collapsed" else mode
-    return decoder.generate(state_to_np(state), config, np.asarray(to_np(prompt), dtype=np.int64), n, ref_mode, constant_g=g)
+    return decoder.generate(state_to_np(state), config, np.asarray(to_np(prompt), dtype=np.int64), n, mode, constant_g=g)
 
 
 # --- Seeded weights -------------------------------------------------------------------------
