@@ -18,35 +18,7 @@ import numpy as np
 
 from . import __version__
 from .errors import PlgaError, UsageError
-
-
-def _load_tokens(path: str) -> np.ndarray:
-    """Token ids from ``.npy`` or a JSON list of lists → int64 [B, S]."""
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"token file {path} does not exist")
-    if p.suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except ValueError as exc:
-            raise UsageError(f"token file {path} is not a plain .npy array: {exc}") from exc
-    else:
-        try:
-            data = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"token file {path} is neither .npy nor valid JSON: {exc}") from exc
-        if not (isinstance(data, list) and data and all(isinstance(r, list) for r in data)):
-            raise UsageError(f"token file {path} must hold a non-empty JSON list of lists of ids")
-        if len({len(r) for r in data}) != 1:
-            raise UsageError(f"token file {path}: rows have different lengths; pad them with id 0")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for r in data for t in r):
-            raise UsageError(f"token file {path}: every id must be an integer")
-        arr = np.asarray(data, dtype=np.int64)
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.dtype.kind not in "iu":
-        raise UsageError(f"token file {path} must hold integer ids of shape [batch, seq], got {arr.dtype} {arr.shape}")
-    return arr.astype(np.int64)
+from .inputs import load_operators, load_tokens
 
 
 def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
@@ -114,7 +86,7 @@ def cmd_check_sdpa(args: argparse.Namespace) -> int:
 
 def cmd_forward(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on token ids and write logits (and deductive tensors)."""
-    tokens = _load_tokens(args.tokens)
+    tokens = load_tokens(args.tokens)
     params, config = _load_model(args)
     arrays: dict[str, np.ndarray] = {}
     if args.backend == "reference":
@@ -180,11 +152,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     """Greedy (or seeded sampled) decoding in a cache mode; writes tokens and step logits."""
     from .reference import decoder
 
-    tokens = _load_tokens(args.tokens)
+    tokens = load_tokens(args.tokens)
     params, config = _load_model(args)
     constant_g = None
     if args.constant_g:
-        constant_g = _load_constant_g(args.constant_g, config)
+        constant_g = load_operators(args.constant_g, config)
     if args.mode == "constant" and constant_g is None:
         raise UsageError("--mode constant needs --constant-g FILE.npz (key G_LM, [layers, heads, d, d])")
     if args.backend == "reference":
@@ -210,21 +182,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for row in out_tokens:
         print(" ".join(str(int(t)) for t in row))
     return 0
-
-
-def _load_constant_g(path: str, config: Any) -> list[np.ndarray]:
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"constant-G file {path} does not exist")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            g = np.asarray(z["G_LM"] if "G_LM" in z.files else z[z.files[0]], dtype=np.float64)
-    except (ValueError, OSError, KeyError, IndexError) as exc:
-        raise UsageError(f"cannot read constant G from {path}: {exc}") from exc
-    want = (config.num_layers, config.num_heads, config.depth, config.depth)
-    if g.shape != want:
-        raise UsageError(f"constant G in {path} has shape {g.shape}, the model needs {want}")
-    return list(g)
 
 
 def cmd_theorems(args: argparse.Namespace) -> int:
