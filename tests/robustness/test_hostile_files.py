@@ -575,3 +575,74 @@ def test_constant_operator_files_in_every_accepted_form(tmp_path):
         got = inputs.load_operators(str(tmp_path / name), CONFIG)
         assert got[0].dtype == np.float64
         np.testing.assert_array_equal(np.stack(got), g.astype(np.float64))
+
+
+# --- the command line: one line, exit 2 (or success where the file is fine) -------------------
+
+
+def _constant_mode() -> str:
+    """The generation mode that runs a constant operator (``collapsed``; ``constant`` before the rename)."""
+    import argparse
+
+    from plga.cli import build_parser
+
+    sub = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices["generate"]
+    modes = next(a for a in sub._actions if a.dest == "mode").choices
+    return "collapsed" if "collapsed" in modes else "constant"
+
+
+@pytest.fixture(scope="module")
+def cli_files(tmp_path_factory):
+    root = tmp_path_factory.mktemp("cli")
+    save_safetensors(PARAMS, CONFIG, root / "tiny")
+    deep = "[" * 10**6 + "]" * 10**6
+    (root / "deep.json").write_text(deep)
+    (root / "deep_config.json").write_text('{"config": ' + deep + "}")
+    (root / "huge_id.json").write_text("[[1, 100000000000000000000000000000]]")
+    (root / "tokens.json").write_text("[3, 17, 5]")
+    np.savez(root / "z.npz", np.array([[3, 17, 5]]))
+    (root / "z.npz").rename(root / "npz_named.npy")
+    np.save(root / "g_empty.npy", np.zeros((1, 2, 0, 0)))
+    np.save(root / "g.npy", np.broadcast_to(np.eye(8), (1, 2, 8, 8)))
+    _pth(root / "meta.pth", _state() | {"final_layer.bias": torch.zeros(37, device="meta")})
+    (root / "config_as_weights.pth").write_text(json.dumps(CONFIG.to_upstream()))
+    _devzero_link(root / "zero_tokens.json")
+    return {p.name: str(p) for p in root.iterdir()}
+
+
+CLI_CASES = [
+    (["forward", "{tiny}", "--tokens", "{deep.json}"], 2, "nested too deeply"),
+    (["forward", "{tiny}", "--tokens", "{tokens.json}", "--config", "{deep_config.json}"], 2, "nested too deeply"),
+    (["forward", "{tiny}", "--tokens", "{huge_id.json}"], 2, "token ids must lie in"),
+    (["forward", "{tiny}", "--tokens", "{zero_tokens.json}"], 2, "not a regular file"),
+    (["forward", "{meta.pth}", "--tokens", "{tokens.json}"], 2, "is a meta tensor"),
+    (["forward", "{config_as_weights.pth}", "--tokens", "{tokens.json}"], 2, "looks like JSON text"),
+    (["forward", "{tiny}", "--tokens", "{npz_named.npy}"], 0, ""),
+    (["generate", "{tiny}", "--tokens", "{tokens.json}", "--max-new-tokens", "2", "--constant-g", "{g_empty.npy}"], 2, r"\(1, 2, 0, 0\)"),
+    (["generate", "{tiny}", "--tokens", "{tokens.json}", "--max-new-tokens", "2", "--constant-g", "{g.npy}"], 0, ""),
+    (["generate", "{tiny}", "--tokens", "{tokens.json}", "--max-new-tokens", "2", "--constant-g", "identity"], 0, ""),
+    (["generate", "{tiny}", "--tokens", "{tokens.json}", "--max-new-tokens", "2", "--constant-g", "random:3"], 0, ""),
+]
+
+
+@pytest.mark.parametrize(("argv", "code", "message"), CLI_CASES, ids=lambda v: " ".join(v).replace("{", "")[:50] if isinstance(v, list) else None)
+def test_hostile_files_on_the_command_line(cli_files, tmp_path, argv, code, message):
+    import contextlib
+    import io
+    import re
+
+    from plga.cli import main
+
+    argv = [cli_files[a[1:-1]] if a.startswith("{") else a for a in argv] + ["--out", str(tmp_path / "o.npz")]
+    if argv[0] == "generate":
+        argv += ["--mode", _constant_mode(), "--max-seq-len", "64"]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err), contextlib.redirect_stdout(io.StringIO()):
+        got = main(argv)
+    lines = err.getvalue().strip().splitlines()
+    assert got == code, err.getvalue()
+    if code:
+        assert len(lines) == 1 and re.search(message, lines[0]), lines
+        assert not (tmp_path / "o.npz").exists()
+    else:
+        assert (tmp_path / "o.npz").exists()
