@@ -20,35 +20,7 @@ import numpy as np
 
 from . import __version__
 from .errors import PlgaError, UsageError
-
-
-def _load_tokens(path: str) -> np.ndarray:
-    """Token ids from ``.npy`` or a JSON list of lists → int64 [B, S]."""
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"token file {path} does not exist")
-    if p.suffix == ".npy":
-        try:
-            arr = np.load(p, allow_pickle=False)
-        except ValueError as exc:
-            raise UsageError(f"token file {path} is not a plain .npy array: {exc}") from exc
-    else:
-        try:
-            data = json.loads(p.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise UsageError(f"token file {path} is neither .npy nor valid JSON: {exc}") from exc
-        if not (isinstance(data, list) and data and all(isinstance(r, list) for r in data)):
-            raise UsageError(f"token file {path} must hold a non-empty JSON list of lists of ids")
-        if len({len(r) for r in data}) != 1:
-            raise UsageError(f"token file {path}: rows have different lengths; pad them with id 0")
-        if not all(isinstance(t, int) and not isinstance(t, bool) for r in data for t in r):
-            raise UsageError(f"token file {path}: every id must be an integer")
-        arr = np.asarray(data, dtype=np.int64)
-    if arr.ndim == 1:
-        arr = arr[None, :]
-    if arr.ndim != 2 or arr.dtype.kind not in "iu":
-        raise UsageError(f"token file {path} must hold integer ids of shape [batch, seq], got {arr.dtype} {arr.shape}")
-    return arr.astype(np.int64)
+from .inputs import load_operators, load_tokens
 
 
 def _save_npz(path: str, arrays: dict[str, np.ndarray]) -> None:
@@ -100,7 +72,7 @@ def cmd_check_sdpa(args: argparse.Namespace) -> int:
 def cmd_forward(args: argparse.Namespace) -> int:
     """Evaluate a checkpoint on token ids and write logits (and deductive tensors)."""
     _check_backend_options(args)
-    tokens = _load_tokens(args.tokens)
+    tokens = load_tokens(args.tokens)
     params, config, stored_g = _load_model(args)
     arrays: dict[str, np.ndarray] = {}
     if args.backend == "reference":
@@ -110,8 +82,8 @@ def cmd_forward(args: argparse.Namespace) -> int:
         arrays["logits"] = result.logits
         if args.deductive:
             for i, ded in enumerate(result.deductive):
-                for name in ("A", "A_LM", "A_P", "G_LM", "scores"):
-                    arrays[f"layer{i}.{name}"] = np.asarray(ded[name])
+                for name, value in ded.items():  # A, A_LM, A_P (not under constant operators), G_LM, scores
+                    arrays[f"layer{i}.{name}"] = np.asarray(value)
     else:
         arrays.update(_torch_forward(params, config, tokens, args, stored_g))
     _save_npz(args.out, arrays)
@@ -175,11 +147,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
     from .reference.sampling import DEFAULT_SEED
 
     _check_backend_options(args)
-    tokens = _load_tokens(args.tokens)
+    tokens = load_tokens(args.tokens)
     params, config, stored_g = _load_model(args)
     if args.constant_g and stored_g is not None:
         raise UsageError(f"{args.checkpoint} is collapsed and brings its own operators; drop --constant-g")
-    constant_g = _load_constant_g(args.constant_g, config) if args.constant_g else stored_g
+    constant_g = load_operators(args.constant_g, config) if args.constant_g else stored_g
     mode = args.mode or ("collapsed" if constant_g is not None else "kv")
     if args.constant_g and mode in decoder.LEARNER_CACHE_MODES:
         raise UsageError(f"--constant-g replaces the metric learner, whose prompt operators --mode {mode} caches; "
@@ -214,21 +186,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
     for row in out_tokens:
         print(" ".join(str(int(t)) for t in row))
     return 0
-
-
-def _load_constant_g(path: str, config: Any) -> list[np.ndarray]:
-    p = Path(path)
-    if not p.exists():
-        raise UsageError(f"constant-G file {path} does not exist")
-    try:
-        with np.load(p, allow_pickle=False) as z:
-            g = np.asarray(z["G_LM"] if "G_LM" in z.files else z[z.files[0]], dtype=np.float64)
-    except (ValueError, OSError, KeyError, IndexError) as exc:
-        raise UsageError(f"cannot read constant G from {path}: {exc}") from exc
-    want = (config.num_layers, config.num_heads, config.depth, config.depth)
-    if g.shape != want:
-        raise UsageError(f"constant G in {path} has shape {g.shape}, the model needs {want}")
-    return list(g)
 
 
 def cmd_theorems(args: argparse.Namespace) -> int:
@@ -351,8 +308,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="nocache: recompute the whole forward (and G) every step; kv: cache K, V and the prompt's "
                    "generator A; kvg: also freeze the prompt's G_LM; collapsed: one constant operator per layer "
                    "(a collapsed checkpoint's, or --constant-g). Default: collapsed with constant operators, else kv")
-    p.add_argument("--constant-g", help="constant operators replacing the metric learner: .npz (key G_LM, "
-                   "[layers, heads, d, d]) or .npy; goes with --mode collapsed or nocache")
+    p.add_argument("--constant-g", metavar="SPEC", help="constant operators replacing the metric learner: identity, "
+                   "random[:SEED], or a file (.npz with key G_LM, or .npy; [layers, heads, d, d]); goes with --mode "
+                   "collapsed (the default then) or nocache")
     p.add_argument("--temperature", type=float, default=0.0, help="0 = greedy (default); > 0 samples")
     p.add_argument("--top-k", type=int, default=0, help="sample among the k most likely tokens (0 = all, default)")
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus: the smallest set reaching probability p (default 1)")

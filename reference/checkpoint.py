@@ -127,23 +127,21 @@ def collapsed_count(config: PLDRConfig) -> int:
     return expected_count(c) - c.num_layers * learner_per_layer + 1
 
 
-def _check_tensors(
-    have: Mapping[str, Any], want_shapes: Callable[[], Mapping[str, tuple[int, ...]]], n_want: int,
-    source: str, what: str,
+def _check_structure(
+    shapes: Mapping[str, tuple[int, ...]], want_shapes: Callable[[], Mapping[str, tuple[int, ...]]],
+    n_want: int, source: str, what: str,
 ) -> None:
-    """Raise one :class:`CheckpointError` listing every missing, unexpected, mis-shaped,
-    non-float and non-finite tensor of ``have`` against ``want_shapes()`` (``what`` says against
-    what). ``n_want`` is checked first, so a config implying millions of tensors is refused
-    before their shapes are ever listed."""
-    if n_want > 2 * len(have) + 1000:
-        raise CheckpointError(f"{source} {what}: it implies {n_want} tensors, the file holds {len(have)}")
+    """Raise one :class:`CheckpointError` listing every missing, unexpected and mis-shaped
+    tensor of ``shapes`` against ``want_shapes()`` (``what`` says against what). Needs only
+    the shapes, so it runs before any tensor is read. ``n_want`` is checked first, so a config
+    implying millions of tensors is refused before their shapes are ever listed."""
+    if n_want > 2 * len(shapes) + 1000:
+        raise CheckpointError(f"{source} {what}: it implies {n_want} tensors, the file holds {len(shapes)}")
     want = want_shapes()
-    missing = sorted(set(want) - set(have))
-    unexpected = sorted(set(have) - set(want))
+    missing = sorted(set(want) - set(shapes))
+    unexpected = sorted(set(shapes) - set(want))
     misshaped = sorted(
-        f"{k}: expected {want[k]}, got {tuple(np.shape(have[k]))}"
-        for k in set(want) & set(have)
-        if tuple(np.shape(have[k])) != want[k]
+        f"{k}: expected {want[k]}, got {tuple(shapes[k])}" for k in set(want) & set(shapes) if tuple(shapes[k]) != want[k]
     )
     problems = []
     if missing:
@@ -154,12 +152,25 @@ def _check_tensors(
         problems.append(f"mis-shaped tensors {_named(misshaped)}")
     if problems:
         raise CheckpointError(f"{source} {what}: " + "; ".join(problems))
+
+
+def _check_values(have: Mapping[str, Array], source: str) -> None:
+    """Raise one :class:`CheckpointError` naming every non-float, then every non-finite tensor."""
     not_float = sorted(f"{k}: {np.asarray(v).dtype}" for k, v in have.items() if np.asarray(v).dtype.kind != "f")
     if not_float:
         raise CheckpointError(f"{source} has tensors that are not floating point (weights must be float): {_named(not_float)}")
     nonfinite = sorted(k for k, v in have.items() if not np.all(np.isfinite(v)))
     if nonfinite:
         raise CheckpointError(f"{source} has non-finite values (NaN or inf) in {_named(nonfinite)}")
+
+
+def _check_tensors(
+    have: Mapping[str, Array], want_shapes: Callable[[], Mapping[str, tuple[int, ...]]], n_want: int,
+    source: str, what: str,
+) -> None:
+    """:func:`_check_structure` then :func:`_check_values` of in-memory arrays."""
+    _check_structure({k: tuple(np.shape(v)) for k, v in have.items()}, want_shapes, n_want, source, what)
+    _check_values(have, source)
 
 
 def validate_state_dict(
@@ -178,24 +189,114 @@ def validate_state_dict(
     return dict(have)
 
 
-def _to_numpy(value: Any, key: str, source: str) -> Array:
-    if isinstance(value, np.ndarray):
-        return value
+#: The most members a ``.pth`` archive may list (one per storage, plus five).
+MAX_CHECKPOINT_ENTRIES = 1 << 20
+#: The largest ``data.pkl`` of a ``.pth`` that is unpickled (the 110M model's is ~60 KB).
+MAX_PICKLE_BYTES = 32 << 20
+#: The torch dtypes read from a ``.pth`` (NumPy has them; bfloat16 is widened to float32).
+#: Others (float8, quantized, complex32, …) are refused naming the tensor.
+_READABLE_DTYPES = (
+    "float16", "bfloat16", "float32", "float64", "int8", "int16", "int32", "int64", "uint8", "bool",
+    "complex64", "complex128",
+)
+
+
+def _describe_non_zip(head: bytes) -> str:
+    """What a file that is not a zip archive looks like, from its first bytes, and what to do."""
+    if head[:1] == b"\x80" and head[1:2] in (b"\x02", b"\x03", b"\x04", b"\x05"):
+        return ("a raw pickle (a legacy torch.save file, or an upstream predefined-G ablation file of CUDA "
+                "tensors); refusing to unpickle it. Convert it only on a trusted machine with torch: "
+                "torch.load(p, map_location='cpu', weights_only=False) then safetensors.torch.save_file")
+    if head.startswith(b"PK"):
+        return "a damaged zip archive (truncated, or its directory is missing): download or save it again"
+    if len(head) >= 9 and head[8:9] == b"{":
+        return "it looks like a safetensors file: name it .safetensors"
+    if head.startswith(b"\x93NUMPY"):
+        return "it is a NumPy .npy array, not a checkpoint"
+    if head.lstrip()[:1] in (b"{", b"["):
+        return "it looks like JSON text, not a checkpoint (a config goes beside the weights or in --config)"
+    return "it is damaged or not a checkpoint"
+
+
+def _check_zip_members(path: Path, archive: zipfile.ZipFile, size: int) -> None:
+    """Refuse what ``torch.save`` never writes, then verify every member's CRC-32.
+
+    Members must be stored (torch.save never compresses, and a deflate bomb would expand in
+    memory before any check), declare no more bytes than the file holds, and ``data.pkl`` be at
+    most :data:`MAX_PICKLE_BYTES`; so ``torch.load`` reads at most the file's size. ``torch.load`` does not check
+    the checksums the archive carries, so a bit flip in a tensor would load as silently wrong
+    weights; reading every member once (bounded by the file size) catches it.
+    """
+    total = 0
+    for info in archive.infolist():
+        if info.compress_type != zipfile.ZIP_STORED:
+            raise CheckpointError(
+                f"{path}: archive member {info.filename!r} is compressed; torch.save never compresses, "
+                "so this is not a torch checkpoint as saved (save it again with torch.save)"
+            )
+        total += info.file_size
+        if info.filename.endswith("data.pkl") and info.file_size > MAX_PICKLE_BYTES:
+            raise CheckpointError(f"{path}: its pickle {info.filename!r} is {info.file_size} bytes; at most {MAX_PICKLE_BYTES} are read")
+    if total > size:
+        raise CheckpointError(f"{path} is damaged: its members declare {total} bytes, the file has {size}")
     try:
-        import torch
-    except ImportError:  # pragma: no cover - torch is present whenever a .pth was read
-        raise CheckpointError(f"{source}: tensor {key!r} needs torch to convert") from None
-    if not isinstance(value, torch.Tensor):
-        raise CheckpointError(f"{source}: entry {key!r} is a {type(value).__name__}, not a tensor")
-    if value.device.type != "cpu":
-        value = value.to("cpu")
-    if value.dtype == torch.bfloat16:
-        value = value.float()
-    return value.detach().numpy().copy()
+        bad = archive.testzip()
+    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
+        text = " ".join(str(exc).split()) or type(exc).__name__
+        raise CheckpointError(f"{path} is a corrupt zip archive: {text}") from exc
+    if bad is not None:
+        raise CheckpointError(f"{path} is corrupt: archive member {bad!r} fails its CRC-32 check")
 
 
-def read_pth(path: Path) -> dict[str, Array]:
-    """Read an upstream ``.pth`` with ``torch.load(weights_only=True)``; never a full unpickle."""
+def _check_tensor_kinds(tensors: Mapping[str, Any], path: Path, size: int) -> None:
+    """Refuse tensors that cannot be read as plain arrays, and views whose copy would exceed
+    the data the file holds (a stride-0 ``expand`` of one float declares 2^31 of them)."""
+    import torch
+
+    total = 0
+    for key, t in tensors.items():
+        if not isinstance(t, torch.Tensor):
+            raise CheckpointError(f"{path}: entry {key!r} is a {type(t).__name__}, not a tensor")
+        kind = ("a meta tensor (no data)" if t.is_meta else "a nested tensor" if t.is_nested
+                else f"a {t.layout} tensor" if t.layout != torch.strided
+                else "a quantized tensor" if t.is_quantized else None)
+        if kind is None and str(t.dtype).removeprefix("torch.") not in _READABLE_DTYPES:
+            kind = f"a {str(t.dtype).removeprefix('torch.')} tensor"
+        if kind is not None:
+            raise CheckpointError(f"{path}: {key!r} is {kind}; weights must be dense float tensors with their data")
+        nbytes = t.numel() * t.element_size()
+        stored = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
+        if nbytes > stored or any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape, strict=True)):
+            raise CheckpointError(
+                f"{path}: {key!r} of shape {tuple(t.shape)} is a view repeating its data "
+                f"({nbytes} bytes from {max(stored, 0)} stored); weights must hold their own data"
+            )
+        total += nbytes
+    if total > 2 * size:
+        raise CheckpointError(f"{path}: its tensors view {total} bytes of the {size} the file holds (tensors share data)")
+
+
+def _weights_file(path: Path) -> tuple[Path, int]:
+    """``(path, size)`` of a non-empty regular weight file (never a link to a device)."""
+    from ..inputs import regular_file
+
+    path, size = regular_file(path, "checkpoint", CheckpointError)
+    if size == 0:
+        raise CheckpointError(f"checkpoint {path} is empty")
+    return path, size
+
+
+def open_pth(path: Path) -> dict[str, Any]:
+    """The tensors of an upstream ``.pth``, vetted, none copied out yet.
+
+    ``torch.load(weights_only=True)`` after the archive checks of :func:`_check_zip_members`;
+    never a full unpickle. Every entry is checked by :func:`_check_tensor_kinds` before a view
+    is copied. Not ``mmap=True``: torch then skips its check that each storage's record holds
+    the bytes the pickle declares, and a truncated member silently reads its neighbour's bytes.
+    :func:`read_pth` copies the tensors out as NumPy arrays.
+    """
+    from ..inputs import file_head, open_zip
+
     try:
         import torch
     except ImportError:
@@ -203,27 +304,21 @@ def read_pth(path: Path) -> dict[str, Array]:
             f"{path}: reading a .pth checkpoint needs torch (pip install 'plga[torch]'), "
             "or convert it to safetensors with `plga convert` on a machine that has torch"
         ) from None
+    path, size = _weights_file(path)
     if not zipfile.is_zipfile(path):
-        raise CheckpointError(
-            f"{path} is not a torch zip checkpoint (truncated, corrupt, or a legacy/raw pickle such as "
-            "the upstream predefined-G ablation files of CUDA tensors); refusing to unpickle it. "
-            "Convert such a file only on a trusted machine with torch, e.g. "
-            "torch.load(p, map_location='cpu', weights_only=False) then safetensors.torch.save_file"
-        )
-    _check_zip_members(path)
+        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(file_head(path))}")
+    with open_zip(path, size, "checkpoint", CheckpointError, max_entries=MAX_CHECKPOINT_ENTRIES) as archive:
+        _check_zip_members(path, archive, size)
     try:
         obj = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # weights_only refused a global: never executed
-        text = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        text = " ".join(str(exc).split()[:12]) if str(exc) else type(exc).__name__
         raise CheckpointError(
-            f"{path} could not be loaded safely (weights_only=True): {text}. "
-            "Only plain tensors are accepted; pickles of arbitrary objects are refused. "
-            "A predefined-G pickle of CUDA tensors from the upstream ablations must be converted "
-            "with torch on a trusted machine, e.g. torch.load(p, map_location='cpu') then "
-            "safetensors.torch.save_file({...}, out)."
+            f"{path} could not be loaded safely: it holds objects other than tensors, which are never "
+            f"unpickled (weights_only=True refused: {text} …)"
         ) from exc
     except Exception as exc:  # torch raises RuntimeError, EOFError, ValueError, ... on corrupt archives
-        text = " ".join(str(exc).split()) or type(exc).__name__
+        text = " ".join(str(exc).split())[:300] or type(exc).__name__
         raise CheckpointError(
             f"{path} could not be loaded safely (weights_only=True): the archive is corrupt or not a "
             f"torch checkpoint: {text}"
@@ -232,27 +327,29 @@ def read_pth(path: Path) -> dict[str, Array]:
         obj = obj["model_state_dict"]
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a state dict")
-    return {str(k): _to_numpy(v, str(k), str(path)) for k, v in obj.items()}
+    tensors = {str(k): v for k, v in obj.items()}
+    _check_tensor_kinds(tensors, path, size)
+    return tensors
 
 
-def _check_zip_members(path: Path) -> None:
-    """Verify the CRC-32 of every member of a torch zip archive before loading it.
+def _to_numpy(value: Any) -> Array:
+    """A vetted CPU tensor (see :func:`_check_tensor_kinds`) copied out as a NumPy array."""
+    import torch
 
-    ``torch.load`` does not check the checksums the archive carries, so a bit flip in a tensor
-    would load as silently wrong weights; this reads every member once and compares.
-    """
-    try:
-        with zipfile.ZipFile(path) as archive:
-            bad = archive.testzip()
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError, NotImplementedError) as exc:
-        text = " ".join(str(exc).split()) or type(exc).__name__
-        raise CheckpointError(f"{path} is a corrupt zip archive: {text}") from exc
-    if bad is not None:
-        raise CheckpointError(f"{path} is corrupt: archive member {bad!r} fails its CRC-32 check")
+    if value.dtype == torch.bfloat16:
+        value = value.float()
+    return value.detach().numpy().copy()
+
+
+def read_pth(path: Path) -> dict[str, Array]:
+    """Every tensor of an upstream ``.pth`` as NumPy arrays (:func:`open_pth`, then copied)."""
+    return {k: _to_numpy(v) for k, v in open_pth(Path(path)).items()}
 
 
 def read_safetensors(path: Path) -> dict[str, Array]:
-    """Read a safetensors file with NumPy (no torch needed)."""
+    """Read a safetensors file with NumPy (no torch needed). The library checks that the
+    header's offsets tile the file, so the arrays never exceed the file's size."""
+    path, _ = _weights_file(path)
     try:
         from safetensors.numpy import load_file
     except ImportError:
@@ -260,7 +357,7 @@ def read_safetensors(path: Path) -> dict[str, Array]:
     try:
         return dict(load_file(str(path)))
     except Exception as exc:  # safetensors raises SafetensorError / OSError on corrupt files
-        raise CheckpointError(f"{path} is not a readable safetensors file: {exc}") from exc
+        raise CheckpointError(f"{path} is not a readable safetensors file: {' '.join(str(exc).split())[:300]}") from exc
 
 
 def load_checkpoint(
@@ -270,7 +367,8 @@ def load_checkpoint(
 
     A folder (or a safetensors file) may carry a ``config.json`` beside it (upstream dict or
     Transformers port). Without a config, it is inferred from the tensor shapes, with the
-    context length ``max_seq_len``. The state is validated against the config.
+    context length ``max_seq_len``. Keys and shapes are validated against the config before
+    any ``.pth`` tensor is copied into memory; dtypes and finiteness after.
     """
     path = Path(path)
     if not path.exists():
@@ -280,49 +378,61 @@ def load_checkpoint(
             f"{path} is a collapsed checkpoint (no metric learner; config.json has \"collapsed\": true): "
             "load it with plga.reference.checkpoint.load_collapsed or plga.kernels.PLDRModel.from_pretrained"
         )
-    config_path: Path | None = None
     if path.is_dir():
         candidates = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.pth"))
         if not candidates:
             raise CheckpointError(f"folder {path} holds no .safetensors or .pth file")
         if len(candidates) > 1:
-            raise CheckpointError(f"folder {path} holds several weight files: {[c.name for c in candidates]}")
-        config_path = path / "config.json"
+            raise CheckpointError(f"folder {path} holds several weight files: {[c.name for c in candidates][:20]}")
         path = candidates[0]
-    else:
-        config_path = path.parent / "config.json"
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"checkpoint {path} is empty")
+    config_path = path.parent / "config.json"
+    tensors: Mapping[str, Any]
     if path.suffix == ".safetensors":
-        state = read_safetensors(path)
-    else:
-        state = read_pth(path)
-    if config is None and config_path is not None and config_path.exists() and path.suffix == ".safetensors":
-        try:
+        tensors = read_safetensors(path)
+        if config is None and config_path.exists():
             config = PLDRConfig.from_json(config_path)
-        except (ValueError, TypeError) as exc:
-            text = " ".join(str(exc).split())
-            raise CheckpointError(text if str(config_path) in text else f"config {config_path}: {text}") from exc
+    else:
+        tensors = open_pth(path)  # storages read (≤ the file size), no view copied yet
+    have = {k: v for k, v in tensors.items() if k not in OPTIONAL_BUFFERS}
+    shapes = {k: tuple(v.shape) for k, v in have.items()}
     if config is None:
         try:
-            config = infer_config({k: tuple(v.shape) for k, v in state.items()}, max_seq_len)
+            config = infer_config(shapes, max_seq_len)
         except ValueError as exc:
             raise CheckpointError(f"{path}: {exc}") from exc
-    return validate_state_dict(state, config, str(path)), config
+    _check_structure(shapes, lambda: expected_shapes(config), expected_count(config), str(path),
+                     f"does not match the configuration {config}")
+    state = {k: v if isinstance(v, np.ndarray) else _to_numpy(v) for k, v in have.items()}
+    _check_values(state, str(path))
+    return state, config
+
+
+def _collapsed_flag(config_path: Path) -> bool:
+    """The ``"collapsed"`` flag of a ``config.json`` (False when absent); a flag that is not
+    true or false is a :class:`CheckpointError`."""
+    from ..inputs import read_json
+
+    raw = read_json(config_path, "config", CheckpointError)
+    flag = raw.get("collapsed", False) if isinstance(raw, dict) else False
+    if not isinstance(flag, bool):
+        raise CheckpointError(f'config {config_path}: "collapsed" must be true or false, got {str(flag)[:40]!r}')
+    return flag
 
 
 def is_collapsed(path: str | Path) -> bool:
     """True when ``path`` (a folder, or a ``.safetensors`` file beside a ``config.json``) is a
-    collapsed checkpoint: its ``config.json`` holds ``"collapsed": true``."""
+    collapsed checkpoint: its ``config.json`` holds ``"collapsed": true``. An unreadable
+    ``config.json`` counts as not collapsed (the loader then reports it)."""
     path = Path(path)
     if not (path.is_dir() or path.suffix == ".safetensors"):
         return False
     cfg = (path if path.is_dir() else path.parent) / "config.json"
-    try:
-        raw = json.loads(cfg.read_text())
-    except (OSError, ValueError):
+    if not cfg.exists():
         return False
-    return isinstance(raw, dict) and raw.get("collapsed") is True
+    try:
+        return _collapsed_flag(cfg)
+    except CheckpointError:
+        return False
 
 
 def load_collapsed(path: str | Path) -> tuple[dict[str, Array], PLDRConfig, list[Array]]:
@@ -340,26 +450,16 @@ def load_collapsed(path: str | Path) -> tuple[dict[str, Array], PLDRConfig, list
         raise CheckpointError(f"collapsed checkpoint {path} is neither a folder nor a .safetensors file")
     folder = path if path.is_dir() else path.parent
     cfg_path = folder / "config.json"
-    try:
-        raw = json.loads(cfg_path.read_text())
-    except (OSError, ValueError) as exc:
-        raise CheckpointError(f"{path}: unreadable config.json: {exc}") from exc
-    if not (isinstance(raw, dict) and raw.get("collapsed") is True):
+    if not _collapsed_flag(cfg_path):
         raise CheckpointError(f'{path} is not a collapsed checkpoint ({cfg_path} lacks "collapsed": true)')
-    try:
-        config = PLDRConfig.from_json(cfg_path)
-    except (ValueError, TypeError) as exc:
-        text = " ".join(str(exc).split())
-        raise CheckpointError(text if str(cfg_path) in text else f"config {cfg_path}: {text}") from exc
+    config = PLDRConfig.from_json(cfg_path)
     if path.is_dir():
         files = sorted(path.glob("*.safetensors"))
         if len(files) != 1:
             raise CheckpointError(
-                f"collapsed folder {path} must hold exactly one .safetensors file, got {[f.name for f in files]}"
+                f"collapsed folder {path} must hold exactly one .safetensors file, got {[f.name for f in files][:20]}"
             )
         path = files[0]
-    if path.stat().st_size == 0:
-        raise CheckpointError(f"checkpoint {path} is empty")
     state = read_safetensors(path)
     source = str(path)
     _check_tensors(state, lambda: collapsed_shapes(config), collapsed_count(config), source,

@@ -7,13 +7,13 @@ Collapsed checkpoints are written by :func:`plga.audit.collapsed.write_collapsed
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..inputs import load_prompts as read_prompt_file  # noqa: F401  (re-exported: plga.inputs reads every prompt file)
 from ..reference.checkpoint import expected_shapes
 from ..reference.config import PLDRConfig
 
@@ -118,39 +118,6 @@ def encode_prompts(texts: Sequence[str], tokenizer: Any) -> list[list[int]]:
     if empty:
         raise ValueError(f"prompts {empty} encode to no tokens")
     return ids
-
-
-def read_prompt_file(path: str | Path) -> tuple[list[list[int]] | None, list[str] | None]:
-    """Prompts from a file → (token ids, None) for ``.npy``/JSON lists of lists, (None, texts) for text.
-
-    ``.npy``: an int array [N, S] (0 = padding, stripped) or an object array of 1-d arrays.
-    ``.json``: a list of lists of ints, or a list of strings. Anything else: one prompt a line.
-    """
-    path = Path(path)
-    if not path.is_file():
-        raise ValueError(f"prompt file {path} does not exist")
-    if path.suffix == ".npy":
-        arr = np.load(path, allow_pickle=False)
-        if arr.ndim != 2 or arr.dtype.kind not in "iu":
-            raise ValueError(f"{path}: expected an integer array [prompts, tokens], got {arr.dtype} {arr.shape}")
-        return [[int(t) for t in row if t != 0] for row in arr], None
-    if path.suffix == ".json":
-        try:
-            data = json.loads(path.read_text())
-        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-            raise ValueError(f"{path} is not valid JSON: {exc}") from exc
-        if isinstance(data, list) and data and all(isinstance(x, str) for x in data):
-            return None, list(data)
-        if not (isinstance(data, list) and data and all(isinstance(r, list) and r and all(isinstance(t, int) and not isinstance(t, bool) for t in r) for r in data)):
-            raise ValueError(f"{path}: expected a non-empty JSON list of non-empty lists of token ids (or of strings)")
-        return [list(r) for r in data], None
-    try:
-        texts = [line for line in path.read_text().splitlines() if line.strip()]
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"prompt file {path} is not UTF-8 text: {exc}") from exc
-    if not texts:
-        raise ValueError(f"prompt file {path} holds no prompts")
-    return None, texts
 
 
 def validate_prompts(prompts: Sequence[Sequence[int]], config: PLDRConfig) -> list[list[int]]:

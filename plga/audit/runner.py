@@ -22,6 +22,8 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
+from ..errors import CheckpointError
+from ..inputs import sha256_file
 from ..reference.checkpoint import COLLAPSED_KEY, is_collapsed, load_checkpoint, read_safetensors
 from ..reference.config import PLDRConfig
 from . import model as mdl
@@ -54,11 +56,7 @@ class AuditSizes:
 
 
 def _sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for chunk in iter(lambda: fh.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
+    return sha256_file(path, "checkpoint file", CheckpointError)  # regular files only, bounded
 
 
 def params_sha256(params: Mapping[str, np.ndarray]) -> str:

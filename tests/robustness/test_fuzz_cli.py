@@ -105,6 +105,19 @@ def _make_pool(root: Path) -> dict[str, str]:
     files["g_bad.npz"] = str(root / "g_bad.npz")
     np.savez(root / "g_nan.npz", G_LM=np.full((1, 2, 8, 8), np.nan))
     files["g_nan.npz"] = str(root / "g_nan.npz")
+    put("tokens_deep.json", "[" * 10**5 + "]" * 10**5)
+    put("tokens_huge_id.json", "[[1, 100000000000000000000000000000]]")
+    with open(root / "huge_header.npy", "wb") as fh:  # declares 10^12 ids, holds none
+        np.lib.format.write_array_header_1_0(fh, {"descr": "<i8", "fortran_order": False, "shape": (10**12,)})
+    files["huge_header.npy"] = str(root / "huge_header.npy")
+    np.savez(root / "npz_named.npz", np.array([[3, 4, 5]]))
+    (root / "npz_named.npz").rename(root / "npz_named.npy")
+    files["npz_named.npy"] = str(root / "npz_named.npy")
+    np.save(root / "g_empty.npy", np.zeros((1, 2, 0, 0)))
+    files["g_empty.npy"] = str(root / "g_empty.npy")
+    if Path("/dev/zero").exists():
+        (root / "zero_link.json").symlink_to("/dev/zero")
+        files["zero_link.json"] = str(root / "zero_link.json")
     (root / "a_dir").mkdir()
     files["a_dir"] = str(root / "a_dir")
     files["missing"] = str(root / "does_not_exist.pth")
@@ -129,7 +142,7 @@ SANE: dict[str, st.SearchStrategy[str]] = {
     "checkpoint": st.sampled_from([POOL["tiny"], POOL["tiny.safetensors"]]),
     "tokens": st.sampled_from([POOL["tokens.json"], POOL["tokens.npy"], POOL["tokens_pad.json"]]),
     "config": st.sampled_from([POOL["config_tiny.json"]]),
-    "constant_g": st.sampled_from([POOL["g.npz"]]),
+    "constant_g": st.sampled_from([POOL["g.npz"], "identity", "random:1"]),
     "max_new_tokens": st.integers(0, 6).map(str),
     "max_seq_len": st.just("64"),
     "seed": st.integers(0, 3).map(str),

@@ -318,11 +318,13 @@ def test_activation_overflow_is_reported_by_the_kernels(model):
         assert not torch.isfinite(m(torch.as_tensor(PROMPT)).logits).all()
 
 
-def test_non_finite_logits_are_refused_by_the_samplers():
-    from plga.kernels import sample_next
+def test_non_finite_logits_are_refused_by_the_sampler():
+    """One sampler (plga.reference.sampling) serves both backends; it refuses NaN / inf logits."""
+    from plga.errors import NonFiniteError
+    from plga.reference.sampling import sample_next
 
-    logits = np.array([[0.0, np.nan, 1.0]])
-    with pytest.raises(decoder.NonFiniteError):
-        decoder.sample_next(logits, np.random.default_rng(0), temperature=1.0)
-    with pytest.raises(decoder.NonFiniteError):
-        sample_next(torch.as_tensor(logits), torch.Generator().manual_seed(0), temperature=1.0)
+    for bad in (np.nan, np.inf):
+        logits = np.array([[0.0, bad, 1.0]])
+        for temperature in (0.0, 1.0):
+            with pytest.raises(NonFiniteError):
+                sample_next(logits, np.random.default_rng(0), temperature=temperature)

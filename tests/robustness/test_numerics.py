@@ -93,17 +93,20 @@ def test_power_overflow_depends_on_the_dtype():
 
 
 def test_functional_power_stage_check():
-    """Callers of the functional chain use ``check_deductive`` for the same message."""
-    from plga.kernels.functional import check_deductive
+    """The kernels' finiteness guard names layer and heads with the reference's message."""
+    from plga.kernels.finite import FiniteGuard
 
     a = torch.zeros(1, 3, 4, 4)
     w, b = torch.zeros(3, 4, 4), torch.zeros(3, 4, 4)
     p = torch.zeros(3, 4, 4)
     p[2, 0, 1] = -40.0
     a_lm, a_p, _ = power_stage(a, w, b, p, torch.eye(4).expand(3, 4, 4), b)
-    check_deductive("A_LM", a_lm, 4)
+    guard = FiniteGuard()
+    guard.add(4, "A_LM", a_lm)
+    guard.check()  # finite: no error
+    guard.add(4, "A_P", a_p)
     with pytest.raises(decoder.NonFiniteError, match=r"layer 4: A_P is not finite in heads \[2\]"):
-        check_deductive("A_P", a_p, 4)
+        guard.check()
 
 
 # --- softmax at huge scores --------------------------------------------------------------------

@@ -278,14 +278,24 @@ def test_config_that_is_not_a_usable_object(tmp_path, loader, text):
 
 
 @pytest.mark.parametrize("loader", LOADERS)
-@pytest.mark.parametrize(("field", "value"), [("num_layers", 10**9), ("num_reslayerA", 10**8), ("num_denseA", 10**8)])
-def test_config_implying_a_huge_model_is_refused_quickly(tmp_path, loader, field, value):
-    """Before the fix, num_layers = 1e5 took 18 s and a 200 MB error message; 1e9 never finished."""
+@pytest.mark.parametrize(
+    ("changes", "message"),
+    [
+        ({"num_layers": 10**9}, r"config .*config\.json: PLDRConfig\.num_layers must lie in \[1, 1024\]"),
+        ({"num_reslayerA": 10**8}, r"config .*config\.json: PLDRConfig\.num_reslayerA must lie in \[1, 64\]"),
+        ({"num_layers": 1024}, r"model\.safetensors does not match the configuration .* implies \d+ tensors"),
+        ({"num_layers": 1024, "num_reslayerA": 64, "num_denseA": 16}, r"implies \d+ tensors, the file holds"),
+    ],
+    ids=["layers-1e9", "reslayerA-1e8", "layers-1024", "every-count-at-its-limit"],
+)
+def test_config_implying_a_huge_model_is_refused_quickly(tmp_path, loader, changes, message):
+    """Before the fix, num_layers = 1e5 took 18 s and a 200 MB error message; 1e9 never finished.
+    Values beyond the config limits are refused by PLDRConfig; within them, by the tensor count."""
     folder = tmp_path / "model"
     save_safetensors(PARAMS, CONFIG, folder)
-    (folder / "config.json").write_text(json.dumps(CONFIG.to_upstream() | {field: value}))
+    (folder / "config.json").write_text(json.dumps(CONFIG.to_upstream() | changes))
     start = time.perf_counter()
-    with pytest.raises(CheckpointError, match=r"model\.safetensors does not match the configuration .* implies \d+ tensors"):
+    with pytest.raises(CheckpointError, match=message):
         loader(folder)
     assert time.perf_counter() - start < 5
 
