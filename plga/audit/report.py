@@ -25,8 +25,26 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
     """The audit's ``summary.md``: environment, then one table per measurement."""
     s = record["summary"]
     env, model = record["environment"], record["model"]
+    vd = record["verdict"]
+    f = vd["figures"]
+    th = vd["thresholds"]
     lines = [
         "# PLGA audit",
+        "",
+        f"**Verdict: {vd['verdict']}.** " + "; ".join(vd["reasons"]) + ".",
+        "",
+        "| deciding figure | value | rule |",
+        "|---|---|---|",
+        f"| G deviation g = max of the three below | {_fmt(f['G_deviation'])} | collapsed ≤ {th['collapsed_at_most']:g} < inconclusive ≤ {th['not_collapsed_above']:g} < not collapsed |",
+        f"| order parameter of G_LM (rms, max) | {_fmt(f['G_order_parameter'])} | |",
+        f"| ε_G, cached vs recomputed G_LM (max) | {_fmt(f['epsG'])} | |",
+        f"| spread of G_LM across prompts (max) | {_fmt(f['G_spread'])} | |",
+        f"| argmax changed by caching | {f['argmax_disagreements']} of {f['decoding_steps']} steps | collapsed needs 0 |",
+        f"| 2B < margin holds | {f['margin_criterion_prompts']} of {f['prompts_decoded']} prompts | collapsed needs all |",
+        "",
+        "Definitions, the verdict rule and the published values: `docs/audit.md` of plga.",
+        "",
+        "## Run",
         "",
         f"Model: `{model['source']}` (params sha256 `{model['params_sha256'][:16]}…`), config `{model['config']}`.",
         f"Backend {env['backend']} on {env['device']} ({env['dtype']}); numpy {env['numpy']}, torch {env.get('torch')}, python {env['python']}.",
@@ -98,11 +116,15 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
     if "collapse" in s:
         c = s["collapse"]
         meta = record.get("collapse") or {}
-        lines += ["", "## Collapse", "",
-                  f"Constant operator = mean G_LM over {meta.get('n_prompts_averaged')} prompts; relative spread {_mmm(c['G_spread_rel'])}.",
-                  f"Cache fidelity (collapsed checkpoint vs kvg decoding with that G): tokens equal {c['cache_fidelity']['tokens_equal']}, max Δlogit {_fmt(c['cache_fidelity']['max_dlogit'])}.",
-                  f"Collapsed vs original model: argmax agreement {_fmt(c['vs_model']['argmax_agree_frac'])}, max Δlogit {_fmt(c['vs_model']['max_dlogit'])}.",
-                  f"Checkpoint: `{meta.get('folder')}` (format {meta.get('format')})."]
+        forced = " (written with --force: the verdict is not 'collapsed')" if vd["verdict"] != "collapsed" else ""
+        lines += ["", "## Collapsed checkpoint", "",
+                  f"`{meta.get('folder')}`{forced}: constant operator = mean G_LM over {meta.get('n_prompts_averaged')} prompts.",
+                  f"Approximation error against the original model (teacher-forced, uncached): max Δlogit {_fmt(c['vs_model']['max_dlogit'])}, "
+                  f"argmax agreement {_fmt(c['vs_model']['argmax_agree_frac'])}; spread of G_LM around the mean {_mmm(c['G_spread_rel'])}.",
+                  f"File check (the checkpoint read back decodes as the in-memory mean G; tests the file, not the model): "
+                  f"{'passed' if c['file_check']['tokens_equal'] and c['file_check']['max_dlogit'] == 0 else 'FAILED'}."]
+    elif (record.get("collapse") or {}).get("refused"):
+        lines += ["", "## Collapsed checkpoint", "", f"Not written: {record['collapse']['reason']}."]
     if record.get("plots"):
         lines += ["", "## Plots", ""] + [f"- `{p}`" for p in record["plots"]]
     lines.append("")

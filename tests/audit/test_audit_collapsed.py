@@ -48,7 +48,7 @@ def audited(tmp_path_factory):
     """A random (uncollapsed) model audited with --collapse: (params, record, G [L, H, d, d], folder)."""
     out = tmp_path_factory.mktemp("audit")
     params = random_params(CONFIG, seed=21)
-    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS, out_dir=out, collapse=True, sizes=SIZES, progress=False, plots=False)
+    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS, out_dir=out, collapse=True, force=True, sizes=SIZES, progress=False, plots=False)
     with np.load(out / "audit_raw.npz") as z:
         g = z["collapse_G"]
     return params, rec, g, out / "collapsed"
@@ -58,7 +58,7 @@ def test_folder_has_the_kernels_format(audited):
     from safetensors import safe_open
 
     _, rec, g, folder = audited
-    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["collapse_report.json", "config.json", "model.safetensors"]
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg == {**CONFIG.to_upstream(), "collapsed": True}
     with safe_open(str(folder / "model.safetensors"), "np") as f:
@@ -149,10 +149,10 @@ def test_audit_without_torch_reads_with_the_reference(tmp_path, monkeypatch):
     params = random_params(CONFIG, seed=21)
     sizes = AuditSizes(n_decode_prompts=1, n_decode_steps=2, n_order_prompts=1, n_order_tokens=1, n_pool_rows=4,
                        n_pairs=5, o3_prompts=1, o4_contexts=1, o4_cand_len=1)
-    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS[:1], out_dir=tmp_path, collapse=True, sizes=sizes, progress=False, plots=False)
+    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS[:1], out_dir=tmp_path, collapse=True, force=True, sizes=sizes, progress=False, plots=False)
     assert rec["collapse"]["writer"] == WRITER
     assert rec["collapse"]["reader"] == "plga.reference.checkpoint.load_collapsed"
-    c = rec["summary"]["collapse"]["cache_fidelity"]
+    c = rec["summary"]["collapse"]["file_check"]
     assert c["tokens_equal"] and c["max_dlogit"] == 0.0
     if _has_torch():
         import torch
