@@ -1,14 +1,9 @@
-"""Human-readable outputs of the audit: ``summary.md`` and PNG plots (matplotlib, Agg backend)."""
+"""The audit's Markdown reports: ``summary.md`` (verdict first) and ``operators_summary.md``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
-
-import numpy as np
-
-from ..atomic import atomic_path
 
 
 def _fmt(x: Any) -> str:
@@ -129,90 +124,6 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
         lines += ["", "## Plots", ""] + [f"- `{p}`" for p in record["plots"]]
     lines.append("")
     return "\n".join(lines)
-
-
-def _save(fig: Any, path: Path) -> str:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path.name
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def write_plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    """Singular spectra, G heatmaps per layer (prompt 0, head 0), ε_G and margin over decoding steps."""
-    try:
-        plt = _plt()
-    except ImportError:
-        return []
-    files = []
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    for ax, key, title in ((axes[0], "A_sv", "A"), (axes[1], "ALM_sv", "A_LM")):
-        sv = raw[key].reshape(-1, raw[key].shape[-1])
-        s1 = np.where(sv[:, :1] > 0, sv[:, :1], 1.0)
-        ax.semilogy((sv / s1).T, lw=0.5, alpha=0.5)
-        ax.axhline(64 * 2.0**-23, color="k", ls="--", lw=0.8, label="64·eps_f32")
-        ax.set_title(f"s_i/s_1 of {title}")
-        ax.set_xlabel("i")
-        ax.legend(fontsize=7)
-    files.append(_save(fig, out / "spectra.png"))
-    g = raw["G_LM"][0]  # [L, H, d, d]
-    fig, axes = plt.subplots(1, g.shape[0], figsize=(3.2 * g.shape[0], 3), squeeze=False)
-    for li in range(g.shape[0]):
-        im = axes[0, li].imshow(g[li, 0], cmap="RdBu_r")
-        axes[0, li].set_title(f"G_LM layer {li}, head 0")
-        fig.colorbar(im, ax=axes[0, li], fraction=0.046)
-    files.append(_save(fig, out / "G_heatmaps.png"))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    eg = raw["epsG_steps"]  # [P, T, L]
-    for p in range(eg.shape[0]):
-        for li in range(eg.shape[2]):
-            axes[0].plot(eg[p, :, li], lw=0.8, label=f"p{p} L{li}" if eg.shape[0] * eg.shape[2] <= 10 else None)
-        axes[1].plot(raw["margin_steps"][p], lw=0.8, label=f"margin p{p}")
-        axes[1].plot(2 * raw["dlogit_steps"][p], lw=0.8, ls="--", label=f"2B p{p}")
-    axes[0].set_title("ε_G (rel RMS) per step")
-    axes[1].set_title("margin and 2B per step")
-    axes[1].set_yscale("symlog", linthresh=1e-12)
-    for ax in axes:
-        ax.set_xlabel("decoding step")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
-    files.append(_save(fig, out / "decode_epsG_margin.png"))
-    return files
-
-
-def write_operator_plots(arrays: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    """Per array: head-0 heatmaps per layer and the normalized singular spectra."""
-    try:
-        plt = _plt()
-    except ImportError:
-        return []
-    files = []
-    for name, g in arrays.items():
-        g = np.asarray(g, dtype=np.float64)
-        if g.ndim == 3:
-            g = g[None]
-        fig, axes = plt.subplots(2, g.shape[0], figsize=(3.2 * g.shape[0], 6), squeeze=False)
-        for li in range(g.shape[0]):
-            im = axes[0, li].imshow(g[li, 0], cmap="RdBu_r")
-            axes[0, li].set_title(f"{name} layer {li}, head 0", fontsize=8)
-            fig.colorbar(im, ax=axes[0, li], fraction=0.046)
-            sv = np.linalg.svd(g[li], compute_uv=False)
-            axes[1, li].semilogy((sv / sv[:, :1]).T, lw=0.6)
-            axes[1, li].axhline(64 * 2.0**-23, color="k", ls="--", lw=0.8)
-            axes[1, li].set_title("s_i/s_1 per head", fontsize=8)
-        files.append(_save(fig, out / f"operators_{name}.png"))
-    return files
 
 
 def operators_markdown(record: Mapping[str, Any]) -> str:

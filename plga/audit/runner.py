@@ -546,7 +546,7 @@ def run_audit(
 
 
 def _plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    from .report import write_plots
+    from .figures import write_plots
 
     return write_plots(raw, out)
 
@@ -617,7 +617,7 @@ def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[
         "operators": {k: audit_operators(v) for k, v in arrays.items()},
     }
     if plots:
-        from .report import write_operator_plots
+        from .figures import write_operator_plots
 
         record["plots"] = write_operator_plots(arrays, out)
     with atomic_path(out / "operators_audit.json") as tmp:

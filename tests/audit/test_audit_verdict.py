@@ -22,7 +22,15 @@ import pytest
 from plga.audit import AuditSizes, run_audit
 from plga.audit.model import random_params
 from plga.audit.runner import _until_eos
-from plga.audit.verdict import COLLAPSED, INCONCLUSIVE, NOT_COLLAPSED, THRESHOLDS, Thresholds, one_line, verdict
+from plga.audit.verdict import (
+    COLLAPSED,
+    INCONCLUSIVE,
+    NOT_COLLAPSED,
+    THRESHOLDS,
+    Thresholds,
+    one_line,
+    verdict,
+)
 from plga.reference import decoder as dec
 from plga.reference.config import PLDRConfig
 
