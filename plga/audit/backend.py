@@ -100,7 +100,7 @@ class ReferenceBackend:
         return out
 
     def row_map(self, layer: int, rows: np.ndarray) -> np.ndarray:
-        """φ = the composition of the layer's residual units on single rows [..., d] (§3.11)."""
+        """φ = the composition of the layer's residual units on single rows [..., d]."""
         self._need_learner()
         x = np.asarray(rows, dtype=np.float64)
         for blocks, gamma, beta in dec.metric_learner_units(self.params64, self.config, layer):

@@ -218,7 +218,7 @@ class TorchBackend:
 
     @_call
     def row_map(self, layer: int, rows: np.ndarray) -> np.ndarray:
-        """φ = the composition of the layer's residual units on single rows [..., d] (§3.11)."""
+        """φ = the composition of the layer's residual units on single rows [..., d]."""
         self._need_learner()
         mha = self.model.decoder.dec_layers[layer].mha1
         units = KF.layer_weights_of(mha)["units"]
