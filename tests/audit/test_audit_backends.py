@@ -137,7 +137,57 @@ def test_whole_audit_agrees_between_backends(tmp_path):
     assert c["tokens_equal"] and c["max_dlogit"] == 0.0
 
 
-def test_auto_picks_reference_for_small_models():
+def test_auto_rule():
+    """auto: torch only where the reference cannot run (measured rule, docs/audit.md)."""
+    from plga.audit.backend import choose_backend
+
+    big = PLDRConfig(num_layers=1, d_model=896, num_heads=14, dff=64, A_dff=8, num_reslayerA=1, num_denseA=1, input_vocab_size=32, max_seq_len=16)
+    for cfg in (CONFIG, big):
+        assert choose_backend("auto", cfg) == "reference"
+        assert choose_backend("auto", cfg, dtype="float32") == "torch"
+        assert choose_backend("auto", cfg, device="cuda") == "torch"
+        assert choose_backend("torch", cfg) == "torch" and choose_backend("reference", cfg) == "reference"
     assert make_backend("auto", random_params(CONFIG), CONFIG).name == "reference"
     with pytest.raises(ValueError, match="unknown backend"):
         make_backend("jax", random_params(CONFIG), CONFIG)
+
+
+def test_small_cpu_models_run_on_one_thread(pair):
+    """Inside a call the torch backend of a small CPU model uses one intra-op thread; the setting is restored."""
+    from plga.audit.torch_backend import SMALL_D_MODEL
+
+    _, tb = pair
+    assert CONFIG.d_model <= SMALL_D_MODEL and tb.thread_cap == 1
+    seen = []
+    hook = tb.model.decoder.dec_layers[0].mha1.wq.register_forward_hook(lambda *_: seen.append(torch.get_num_threads()))
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        tb.forward(np.array([[5, 9, 17]]))
+        tb.generate(np.array([[5, 9, 17]]), 2, "kv", temperature=1.0, top_k=5, seed=1)
+        assert seen and set(seen) == {1}
+        assert torch.get_num_threads() == 2, "the process setting is restored after each call"
+    finally:
+        hook.remove()
+        torch.set_num_threads(before)
+
+
+def test_wide_models_keep_torch_threads():
+    """Negative control of the cap: above SMALL_D_MODEL the backend leaves the threads alone."""
+    from plga.audit.torch_backend import SMALL_D_MODEL
+
+    wide = PLDRConfig(num_layers=1, d_model=SMALL_D_MODEL + 64, num_heads=(SMALL_D_MODEL + 64) // 64, dff=32, A_dff=8,
+                      num_reslayerA=1, num_denseA=1, input_vocab_size=16, max_seq_len=16)
+    assert make_backend("torch", random_params(wide), wide).thread_cap is None
+
+
+def test_backends_do_not_import_each_other():
+    """The torch backend depends on the interface, not on the reference backend module (no cycle)."""
+    import ast
+    from pathlib import Path
+
+    import plga.audit.torch_backend as tbm
+
+    tree = ast.parse(Path(tbm.__file__).read_text())
+    imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    assert "backend" not in imported and "interface" in imported
