@@ -23,6 +23,7 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..errors import CheckpointError, DataFileError, UsageError
+from ..progress import bar as _steps_bar
 from ..progress import progress as _bar
 from ..reference.checkpoint import COLLAPSED_KEY, is_collapsed, load_checkpoint, read_safetensors
 from ..reference.config import PLDRConfig
@@ -294,7 +295,8 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     L = config.num_layers
     eg, ea, dl, mg, ac, au, same, conts = [], [], [], [], [], [], [], []
     sel = prompts[: sizes.n_decode_prompts]
-    for p in _bar(sel, "cached vs recomputed decoding", show=show):
+    steps = _steps_bar(sum(min(sizes.n_decode_steps, config.max_seq_len - len(p)) for p in sel), "cached vs recomputed decoding", show=show)
+    for p in sel:
         T = min(sizes.n_decode_steps, config.max_seq_len - len(p))
         prompt = np.asarray([p])
         toks, step_logits = backend.generate(prompt, T, "kvg")
@@ -306,6 +308,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
             g_u = np.stack([f.deductive[li]["G_LM"][0] for li in range(L)])
             rel, amax = st.eps_g(g_u, g_prompt)
             eg_p.append(rel), ea_p.append(amax), lu.append(f.logits[0, -1])
+            steps.update(1)
         lc = step_logits[0]
         lu = np.stack(lu)
         eg.append(eg_p), ea.append(ea_p)
@@ -313,6 +316,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
         ac.append(np.argmax(lc, axis=-1)), au.append(np.argmax(lu, axis=-1))
         same.append(bool(np.array_equal(toks, toks_kv)))
         conts.append([int(t) for t in toks[0, len(p):]])
+    steps.close()
     return {
         "epsG_steps": np.asarray(eg), "epsG_absmax_steps": np.asarray(ea),
         "dlogit_steps": np.asarray(dl), "margin_steps": np.asarray(mg),
