@@ -180,10 +180,17 @@ def decode_figure(raw: Mapping[str, np.ndarray]) -> Any:
             ax0.plot(steps, np.where(eg[p] > 0, eg[p], floors[0]), color=c, lw=1.0, marker="o", ms=2)
             ax1.plot(steps, np.where(margin[p] > 0, margin[p], floors[1]), color=c, lw=1.0)
             ax1.plot(steps, np.where(two_b[p] > 0, two_b[p], floors[1]), color=c, lw=1.0, ls="--")
-        for ax, floor in zip((ax0, ax1), floors, strict=True):
+        for ax, floor, series in ((ax0, floors[0], eg), (ax1, floors[1], margin)):
+            ax.set_xlabel("decoding step")
+            if not np.any(series > 0):  # nothing positive to put on a log axis: say so instead
+                ax.cla()
+                ax.set_xlabel("decoding step")
+                ax.set_yticks([])
+                ax.set_xlim(steps[0] - 0.5, steps[-1] + 0.5)
+                ax.text(0.5, 0.5, "exactly 0 at every step\nof every prompt", transform=ax.transAxes, ha="center", va="center")
+                continue
             ax.set_yscale("log")
             ax.axhline(floor, color="0.5", lw=0.8, ls=":")
-            ax.set_xlabel("decoding step")
         ax0.set_ylabel(r"$\varepsilon_G$ (relative RMS, max over layers)")
         ax0.set_title(r"cached vs recomputed $G_{LM}$")
         ax1.set_ylabel("logit difference (logits)")

@@ -99,6 +99,21 @@ def test_operator_audit_figures_have_a_clean_layout():
         pyplot().close(fig)
 
 
+def test_trained_g_lm_figures_have_a_clean_layout():
+    """The shipped trained G_LM (PLDRv51-110M-1, [5, 14, 64, 64]): the published shape, real magnitudes."""
+    from plga.datafiles import TRAINED_G_LM, data_file
+
+    path = data_file(TRAINED_G_LM)
+    if path is None:
+        pytest.skip(f"{TRAINED_G_LM} not shipped in this checkout")
+    with np.load(path) as z:
+        arrays = {k: z[k] for k in z.files}
+    for name, fig in operator_figures(arrays).items():
+        assert layout_problems(fig) == [], name
+        assert norm_problems(fig) == [], name
+        pyplot().close(fig)
+
+
 # --- negative controls: each check catches a broken figure -----------------------------------
 
 
