@@ -79,34 +79,45 @@ def _layer_colours(n: int) -> list[Any]:
     return [cmap(x) for x in np.linspace(0.0, 0.85, max(n, 1))]
 
 
+def _spectra_panel(ax: Any, per_layer: list[np.ndarray], colours: list[Any]) -> float:
+    """Draw s_i/s_1 of every row of each layer's [n, d] singular values; returns the smallest positive ratio."""
+    lowest = _NUMRANK_TOL
+    for li, rows in enumerate(per_layer):
+        idx = np.arange(1, rows.shape[-1] + 1)
+        s1 = np.where(rows[:, :1] > 0, rows[:, :1], 1.0)
+        ratio = np.where(rows > 0, rows / s1, np.nan)  # zeros cannot sit on a log axis
+        ax.plot(idx, ratio.T, color=colours[li], lw=0.6, alpha=0.6)
+        finite = ratio[np.isfinite(ratio) & (ratio > 0)]
+        if finite.size:
+            lowest = min(lowest, float(finite.min()))
+    ax.axhline(_NUMRANK_TOL, color="k", ls="--", lw=0.8)
+    ax.set_yscale("log")
+    ax.set_xlabel("singular value index i")
+    return lowest
+
+
+def _spectra_legend(fig: Any, colours: list[Any]) -> None:
+    plt = pyplot()
+    handles = [plt.Line2D([], [], color=c, lw=1.2, label=f"layer {li}") for li, c in enumerate(colours)]
+    handles.append(plt.Line2D([], [], color="k", ls="--", lw=0.8, label=r"rank cut $64\,\epsilon_{f32}$"))
+    fig.legend(handles=handles, loc="outside right center", frameon=False)
+
+
 def spectra_figure(raw: Mapping[str, np.ndarray]) -> Any:
     """Normalized singular spectra s_i/s_1 of A, A_LM and G_LM: every (prompt, head), coloured by layer."""
     plt = pyplot()
     with plt.rc_context(STYLE):
         fig, axes = plt.subplots(1, 3, figsize=(7.0, 2.6), sharey=True)
-        n_layers = raw["A_sv"].shape[1]
-        colours = _layer_colours(n_layers)
+        colours = _layer_colours(raw["A_sv"].shape[1])
         lowest = _NUMRANK_TOL
-        for ax, key, name in zip(axes, ("A_sv", "ALM_sv", "GLM_sv"), ("A", "A_LM", "G_LM"), strict=True):
+        for ax, key, title in zip(axes, ("A_sv", "ALM_sv", "GLM_sv"), ("$A$", "$A_{LM}$", "$G_{LM}$"), strict=True):
             sv = raw[key]  # [P, L, H, d]
-            idx = np.arange(1, sv.shape[-1] + 1)
-            for li in range(n_layers):
-                rows = sv[:, li].reshape(-1, sv.shape[-1])
-                s1 = np.where(rows[:, :1] > 0, rows[:, :1], 1.0)
-                ratio = np.where(rows > 0, rows / s1, np.nan)  # zeros cannot sit on a log axis
-                ax.plot(idx, ratio.T, color=colours[li], lw=0.6, alpha=0.6)
-                finite = ratio[np.isfinite(ratio) & (ratio > 0)]
-                if finite.size:
-                    lowest = min(lowest, float(finite.min()))
-            ax.axhline(_NUMRANK_TOL, color="k", ls="--", lw=0.8)
-            ax.set_yscale("log")
-            ax.set_title({"A": "$A$", "A_LM": "$A_{LM}$", "G_LM": "$G_{LM}$"}[name])
-            ax.set_xlabel("singular value index i")
+            per_layer = [sv[:, li].reshape(-1, sv.shape[-1]) for li in range(sv.shape[1])]
+            lowest = min(lowest, _spectra_panel(ax, per_layer, colours))
+            ax.set_title(title)
         axes[0].set_ylabel(r"$s_i / s_1$ (relative)")
         axes[0].set_ylim(max(lowest / 3, 1e-300), 3.0)
-        handles = [plt.Line2D([], [], color=colours[li], lw=1.2, label=f"layer {li}") for li in range(n_layers)]
-        handles.append(plt.Line2D([], [], color="k", ls="--", lw=0.8, label=r"rank cut $64\,\epsilon_{f32}$"))
-        fig.legend(handles=handles, loc="outside right center", frameon=False)
+        _spectra_legend(fig, colours)
     return _finish(fig)
 
 
@@ -206,29 +217,15 @@ def decode_figure(raw: Mapping[str, np.ndarray]) -> Any:
 def operator_spectra_figure(g: np.ndarray, name: str) -> Any:
     """Normalized singular spectra of constant operators g [L, H, d, d], every head, coloured by layer."""
     plt = pyplot()
-    g = np.asarray(g, dtype=np.float64)
-    sv = np.linalg.svd(g, compute_uv=False)  # [L, H, d]
+    sv = np.linalg.svd(np.asarray(g, dtype=np.float64), compute_uv=False)  # [L, H, d]
     with plt.rc_context(STYLE):
         fig, ax = plt.subplots(figsize=(4.2, 2.8))
-        colours = _layer_colours(g.shape[0])
-        idx = np.arange(1, sv.shape[-1] + 1)
-        lowest = _NUMRANK_TOL
-        for li in range(g.shape[0]):
-            s1 = np.where(sv[li, :, :1] > 0, sv[li, :, :1], 1.0)
-            ratio = np.where(sv[li] > 0, sv[li] / s1, np.nan)
-            ax.plot(idx, ratio.T, color=colours[li], lw=0.6, alpha=0.7)
-            finite = ratio[np.isfinite(ratio) & (ratio > 0)]
-            if finite.size:
-                lowest = min(lowest, float(finite.min()))
-        ax.axhline(_NUMRANK_TOL, color="k", ls="--", lw=0.8)
-        ax.set_yscale("log")
+        colours = _layer_colours(sv.shape[0])
+        lowest = _spectra_panel(ax, list(sv), colours)
         ax.set_ylim(max(lowest / 3, 1e-300), 3.0)
-        ax.set_xlabel("singular value index i")
         ax.set_ylabel(r"$s_i / s_1$ (relative)")
         ax.set_title(f"{name}: singular spectra, every head")
-        handles = [plt.Line2D([], [], color=colours[li], lw=1.2, label=f"layer {li}") for li in range(g.shape[0])]
-        handles.append(plt.Line2D([], [], color="k", ls="--", lw=0.8, label=r"rank cut $64\,\epsilon_{f32}$"))
-        fig.legend(handles=handles, loc="outside right center", frameon=False)
+        _spectra_legend(fig, colours)
     return _finish(fig)
 
 
@@ -267,22 +264,22 @@ def operator_figures(arrays: Mapping[str, np.ndarray]) -> dict[str, Any]:
     return out
 
 
-def write_plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    """Save the model audit's figures into ``out``; returns the file names ([] without matplotlib)."""
+def _write(build: Any, data: Any, out: Path) -> list[str]:
     try:
-        figs = audit_figures(raw)
-    except ImportError:
+        figs = build(data)
+    except ImportError:  # matplotlib is optional: no figures, the rest of the audit stands
         return []
     return [save(fig, out / name) for name, fig in figs.items()]
+
+
+def write_plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
+    """Save the model audit's figures into ``out``; returns the file names ([] without matplotlib)."""
+    return _write(audit_figures, raw, out)
 
 
 def write_operator_plots(arrays: Mapping[str, np.ndarray], out: Path) -> list[str]:
     """Save the operator audit's figures into ``out``; returns the file names ([] without matplotlib)."""
-    try:
-        figs = operator_figures(arrays)
-    except ImportError:
-        return []
-    return [save(fig, out / name) for name, fig in figs.items()]
+    return _write(operator_figures, arrays, out)
 
 
 __all__ = ["DPI", "MAX_HEADS_SHOWN", "audit_figures", "centred_norm", "heads_shown", "operator_figures",

@@ -22,31 +22,22 @@ from plga.audit.figures import (
     pyplot,
 )
 from plga.audit.model import random_params
-from plga.reference.config import PLDRConfig
 
 from .figure_layout import layout_problems, norm_problems
+from .tiny import CONFIG, power_stage_w_zero
 
 pytest.importorskip("matplotlib")
 Image = pytest.importorskip("PIL.Image")
 
-CONFIG = PLDRConfig(num_layers=2, d_model=32, num_heads=2, dff=48, A_dff=16, num_reslayerA=2, num_denseA=2, input_vocab_size=64, max_seq_len=64)
 SIZES = AuditSizes(n_decode_prompts=3, n_decode_steps=5, n_order_prompts=2, n_order_tokens=4, n_pool_rows=8,
                    n_pairs=20, o3_prompts=1, o4_contexts=1, o4_cand_len=2)
 MIN_DPI = 150
 
 
-def _w_zero() -> dict[str, np.ndarray]:
-    params = random_params(CONFIG, seed=3)
-    for i in range(CONFIG.num_layers):
-        key = f"decoder.dec_layers.{i}.mha1.plgatt_layer.Wlst"
-        params[key] = np.zeros_like(params[key])
-    return params
-
-
 @pytest.fixture(scope="module", params=["random", "collapsed"])
 def audited(request, tmp_path_factory):
     """(raw arrays, output folder) of an audit with plots: a random and a collapsed (W = 0) model."""
-    params = random_params(CONFIG, seed=3) if request.param == "random" else _w_zero()
+    params = random_params(CONFIG, seed=3) if request.param == "random" else power_stage_w_zero()
     out = tmp_path_factory.mktemp(request.param)
     rec = run_audit(checkpoint=(params, CONFIG), out_dir=out, sizes=SIZES, progress=False, plots=True)
     with np.load(out / "audit_raw.npz") as z:

@@ -19,7 +19,7 @@ import json
 import numpy as np
 import pytest
 
-from plga.audit import AuditSizes, run_audit
+from plga.audit import run_audit
 from plga.audit.model import random_params
 from plga.audit.runner import _until_eos
 from plga.audit.verdict import (
@@ -32,20 +32,10 @@ from plga.audit.verdict import (
     verdict,
 )
 from plga.reference import decoder as dec
-from plga.reference.config import PLDRConfig
 
-CONFIG = PLDRConfig(num_layers=2, d_model=32, num_heads=2, dff=48, A_dff=16, num_reslayerA=2, num_denseA=2, input_vocab_size=64, max_seq_len=64)
-SIZES = AuditSizes(n_decode_prompts=2, n_decode_steps=4, n_order_prompts=2, n_order_tokens=4, n_pool_rows=8,
-                   n_pairs=20, o3_prompts=1, o4_contexts=1, o4_cand_len=2)
+from .tiny import CONFIG, PLGA, SIZES, power_stage_w_zero
+
 PROMPTS = [[5, 9, 17, 21, 30, 8], [40, 12, 7, 7, 19, 33, 50, 4]]
-PLGA = "decoder.dec_layers.{}.mha1.plgatt_layer."
-
-
-def _power_stage_w_zero() -> dict[str, np.ndarray]:
-    params = random_params(CONFIG, seed=3)
-    for i in range(CONFIG.num_layers):
-        params[PLGA.format(i) + "Wlst"] = np.zeros_like(params[PLGA.format(i) + "Wlst"])
-    return params
 
 
 def _borderline(c: float = 2e-6) -> dict[str, np.ndarray]:
@@ -58,7 +48,7 @@ def _borderline(c: float = 2e-6) -> dict[str, np.ndarray]:
     return params
 
 
-MODELS = {"collapsed": _power_stage_w_zero, "random": lambda: random_params(CONFIG, seed=3), "borderline": _borderline}
+MODELS = {"collapsed": power_stage_w_zero, "random": lambda: random_params(CONFIG, seed=3), "borderline": _borderline}
 LO, HI = THRESHOLDS.collapsed_at_most, THRESHOLDS.not_collapsed_above
 EXPECTED = {"collapsed": COLLAPSED, "random": NOT_COLLAPSED, "borderline": INCONCLUSIVE}
 
