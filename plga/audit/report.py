@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .verdict import threshold_text
+
 
 def _fmt(x: Any) -> str:
     if isinstance(x, float):
@@ -30,7 +32,7 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
         "",
         "| deciding figure | value | rule |",
         "|---|---|---|",
-        f"| G deviation g = max of the three below | {_fmt(f['G_deviation'])} | collapsed ≤ {th['collapsed_at_most']:g} < inconclusive ≤ {th['not_collapsed_above']:g} < not collapsed |",
+        f"| G deviation g = max of the three below | {_fmt(f['G_deviation'])} | collapsed ≤ {threshold_text(th['collapsed_at_most'])} < inconclusive ≤ {threshold_text(th['not_collapsed_above'])} < not collapsed |",
         f"| order parameter of G_LM (rms, max) | {_fmt(f['G_order_parameter'])} | |",
         f"| ε_G, cached vs recomputed G_LM (max) | {_fmt(f['epsG'])} | |",
         f"| spread of G_LM across prompts (max) | {_fmt(f['G_spread'])} | |",
