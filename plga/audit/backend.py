@@ -1,69 +1,27 @@
-"""The audit's small backend interface: a forward with deductive tensors, decoding and layer probes.
-
-Two implementations:
+"""The audit's backends: the float64 reference, and the choice between it and torch.
 
 * :class:`ReferenceBackend` — the float64 NumPy reference (:mod:`plga.reference.decoder`),
-  exact and slow; the default for small models and the only one that needs no torch.
-* :class:`TorchBackend` (:mod:`plga.audit.torch_backend`, imported lazily) — a thin adapter
-  over the project's torch implementation :class:`plga.kernels.PLDRModel` (fused kernels,
-  static caches) on a device and dtype, for large checkpoints.
+  exact; the only one that needs no torch, and on the CPU in float64 as fast per core as torch.
+* :class:`plga.audit.torch_backend.TorchBackend` (imported lazily) — a thin adapter over
+  :class:`plga.kernels.PLDRModel` on any device and dtype.
 
-Both return NumPy float64 arrays, and both compute their layer probes (pre/post-RoPE
-queries, the metric learner's input rows and its row map) on their own model. Either can
-wrap a *collapsed* checkpoint (:func:`plga.reference.checkpoint.load_collapsed`, :func:`load_collapsed_backend`):
-its stored constant G is then used whenever no other G is given.
+Both implement :class:`plga.audit.interface.Backend`. Either can wrap a *collapsed*
+checkpoint (:func:`load_collapsed_backend`): its stored constant G is then used whenever no
+other G is given. :func:`choose_backend` is the ``--backend auto`` rule (``docs/audit.md``).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 
+from ..errors import InputError, UsageError
 from ..reference import decoder as dec
 from ..reference import spec
 from ..reference.config import PLDRConfig
-
-#: Deductive tensors every backend returns per layer (scores are not kept).
-DEDUCTIVE = ("A", "A_LM", "A_P", "G_LM")
-
-
-@dataclasses.dataclass
-class ForwardOut:
-    """Logits [B, S, V] and per-layer deductive tensors {A, A_LM, A_P, G_LM} [B, H, d, d]."""
-
-    logits: np.ndarray
-    deductive: list[dict[str, np.ndarray]]
-
-
-@dataclasses.dataclass
-class LayerProbe:
-    """One layer's internals for one forward: queries before/after RoPE and the learner input."""
-
-    q_pre: np.ndarray  # [B, H, S, d]
-    q_rot: np.ndarray  # [B, H, S, d]
-    density: np.ndarray  # [B, H, d, d] D = Q̃ᵀQ̃
-    learner_input: np.ndarray  # [B, H, d, d] LN(D) with the layer's affine (rows enter φ)
-
-
-class Backend(Protocol):
-    """What the audit needs from a model implementation."""
-
-    name: str
-    config: PLDRConfig
-
-    def forward(self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None) -> ForwardOut: ...
-
-    def generate(
-        self, prompt: np.ndarray, n: int, mode: str, *, constant_g: Sequence[np.ndarray] | None = None,
-        temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]: ...
-
-    def probe(self, tokens: np.ndarray) -> list[LayerProbe]: ...
-
-    def row_map(self, layer: int, rows: np.ndarray) -> np.ndarray: ...
+from .interface import DEDUCTIVE, MODES, ForwardOut, LayerProbe
 
 
 class ReferenceBackend:
@@ -81,9 +39,9 @@ class ReferenceBackend:
         *, collapsed_g: Sequence[np.ndarray] | None = None,
     ) -> None:
         if dtype != "float64":
-            raise ValueError(f"the reference backend computes in float64 only (got --dtype {dtype}); use --backend torch")
+            raise UsageError(f"the reference backend computes in float64 only (got --dtype {dtype}); use --backend torch")
         if device != "cpu":
-            raise ValueError(f"the reference backend runs on the CPU only (got --device {device}); use --backend torch")
+            raise UsageError(f"the reference backend runs on the CPU only (got --device {device}); use --backend torch")
         self.config = config
         self.params64 = dec.to_backend(params)
         self.dtype, self.device = dtype, device
@@ -105,16 +63,18 @@ class ReferenceBackend:
         self, prompt: np.ndarray, n: int, mode: str, *, constant_g: Sequence[np.ndarray] | None = None,
         temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """Decode ``n`` tokens; ``mode`` nocache, kv, kvg or constant (alias collapsed)."""
+        """Decode ``n`` tokens; ``mode`` one of :data:`~plga.audit.interface.MODES`."""
+        if mode not in MODES:
+            raise InputError(f"unknown mode {mode!r}; use one of {MODES}")
         r = dec.generate(
-            self.params64, self.config, np.asarray(prompt, dtype=np.int64), n, "constant" if mode == "collapsed" else mode,
+            self.params64, self.config, np.asarray(prompt, dtype=np.int64), n, mode,
             constant_g=self._g(constant_g), temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
         )
         return r.tokens, r.step_logits
 
     def _need_learner(self) -> None:
         if self.collapsed:
-            raise ValueError("a collapsed model has no metric learner to probe")
+            raise InputError("a collapsed model has no metric learner to probe")
 
     def probe(self, tokens: np.ndarray) -> list[LayerProbe]:
         """Per layer: q before and after RoPE, D = Q̃ᵀQ̃ and LN(D), from one reference forward."""
@@ -137,7 +97,7 @@ class ReferenceBackend:
         return out
 
     def row_map(self, layer: int, rows: np.ndarray) -> np.ndarray:
-        """φ = the composition of the layer's residual units on single rows [..., d] (§3.11)."""
+        """φ = the composition of the layer's residual units on single rows [..., d]."""
         self._need_learner()
         x = np.asarray(rows, dtype=np.float64)
         for blocks, gamma, beta in dec.metric_learner_units(self.params64, self.config, layer):
@@ -146,27 +106,40 @@ class ReferenceBackend:
 
 
 def torch_available() -> bool:
-    """True when torch can be imported (without importing it twice)."""
+    """True when torch can be imported (without importing it)."""
     import importlib.util
 
     return importlib.util.find_spec("torch") is not None
 
 
+def choose_backend(name: str, config: PLDRConfig, *, device: str = "cpu", dtype: str = "float64") -> str:
+    """The backend ``--backend name`` runs: ``reference`` or ``torch``.
+
+    ``auto``: torch where the reference cannot run (a device other than the CPU, or float32);
+    the reference otherwise. Measured on the CPU in float64 (``docs/audit.md``, "Choosing a
+    backend"): from d_model 64 to 896 the torch backend is 0.75–0.85× the reference's speed on
+    one thread and at most 1.4× on two free threads, and 15× slower when its threads share busy
+    cores, so there is no model size at which it reliably wins on the CPU.
+    """
+    if name not in ("auto", "reference", "torch"):
+        raise UsageError(f"unknown backend {name!r}; use auto, reference or torch")
+    if name == "auto":
+        return "torch" if device != "cpu" or dtype != "float64" else "reference"
+    return name
+
+
 def make_backend(
     name: str, params: Mapping[str, np.ndarray], config: PLDRConfig, *, device: str = "cpu", dtype: str = "float64"
 ) -> Any:
-    """``reference``, ``torch`` or ``auto`` (torch when importable and d_model ≥ 512, else reference)."""
-    if name == "auto":
-        name = "torch" if (torch_available() and config.d_model >= 512) or device != "cpu" or dtype != "float64" else "reference"
+    """The backend :func:`choose_backend` picks, on ``params``."""
+    name = choose_backend(name, config, device=device, dtype=dtype)
     if name == "reference":
         return ReferenceBackend(params, config, dtype=dtype, device=device)
-    if name == "torch":
-        if not torch_available():
-            raise ValueError("--backend torch needs torch (pip install 'plga[torch]')")
-        from .torch_backend import TorchBackend
+    if not torch_available():
+        raise UsageError("--backend torch needs torch (pip install 'plga[torch]')")
+    from .torch_backend import TorchBackend
 
-        return TorchBackend.from_params(params, config, device=device, dtype=dtype)
-    raise ValueError(f"unknown backend {name!r}; use auto, reference or torch")
+    return TorchBackend.from_params(params, config, device=device, dtype=dtype)
 
 
 def load_collapsed_backend(name: str, folder: Any, *, device: str = "cpu", dtype: str = "float64") -> Any:
@@ -178,7 +151,7 @@ def load_collapsed_backend(name: str, folder: Any, *, device: str = "cpu", dtype
     """
     if name == "torch":
         if not torch_available():
-            raise ValueError("--backend torch needs torch (pip install 'plga[torch]')")
+            raise UsageError("--backend torch needs torch (pip install 'plga[torch]')")
         from .torch_backend import TorchBackend
 
         return TorchBackend.from_pretrained(folder, device=device, dtype=dtype)
@@ -187,4 +160,4 @@ def load_collapsed_backend(name: str, folder: Any, *, device: str = "cpu", dtype
 
         params, config, g = load_collapsed(folder)
         return ReferenceBackend(params, config, dtype=dtype, device=device, collapsed_g=g)
-    raise ValueError(f"unknown backend {name!r}; use reference or torch")
+    raise UsageError(f"unknown backend {name!r}; use reference or torch")

@@ -1,13 +1,29 @@
-"""The ``plga audit`` subcommand: ``add_audit_arguments(parser)`` and ``audit_main(args) -> int``."""
+"""The ``plga audit`` subcommand: ``add_audit_arguments(parser)`` and ``audit_main(args) -> int``.
+
+The first line printed is the verdict (collapsed / not collapsed / inconclusive) with its
+deciding figures; the last names the verdict again and where the outputs are. A user's
+mistake (and a refused ``--collapse``) raises a :class:`plga.errors.PlgaError`, which the
+``plga`` console script prints as one line (exit 2).
+"""
 
 from __future__ import annotations
 
 import argparse
-import sys
+import dataclasses
 import time
+from pathlib import Path
 from typing import Any
 
-from .runner import AuditSizes
+from ..errors import UsageError
+from .runner import (
+    COLLAPSE_REPORT,
+    COLLAPSED_DIR,
+    JSON_NAME,
+    QUICK,
+    RAW_NAME,
+    SUMMARY_NAME,
+    AuditSizes,
+)
 
 
 def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
@@ -20,60 +36,67 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--tokenizer", default=None, help="SentencePiece .model for text prompts (default prompts: 8 English sentences)")
     parser.add_argument("--out", default="audit_out", help="output folder (default: audit_out)")
     parser.add_argument("--collapse", action="store_true",
-                        help="also build the constant operator (mean G), write the collapsed checkpoint OUT/collapsed "
-                        "(plga.kernels format: PLDRModel.from_pretrained loads it) and check its cache fidelity")
+                        help="when the verdict is 'collapsed': write the collapsed checkpoint OUT/collapsed (constant operator = "
+                        "mean G_LM; PLDRModel.from_pretrained loads it) with its measured approximation error in "
+                        f"{COLLAPSE_REPORT}; otherwise refuse (exit 2)")
+    parser.add_argument("--force", action="store_true", help="with --collapse: write the collapsed checkpoint whatever the verdict")
+    parser.add_argument("--quick", action="store_true",
+                        help=f"smoke-test sizes ({QUICK.n_order_tokens} sampled tokens, {QUICK.n_decode_steps} decoding steps) "
+                        "instead of the published protocol")
     parser.add_argument("--operators", default=None, metavar="FILE.npz",
                         help="audit constant operators [L, H, d, d] from an .npz instead of a model")
     parser.add_argument("--operators-key", default=None, help="the array of --operators to audit (default: every array)")
     parser.add_argument("--backend", default="auto", choices=("auto", "reference", "torch"),
-                        help="auto: torch (plga.kernels.PLDRModel) when importable and d_model ≥ 512 (or a non-CPU device / float32), "
-                        "else the float64 reference")
+                        help="auto (default): torch (plga.kernels.PLDRModel) on a non-CPU device or in float32, else the float64 "
+                        "reference (as fast as torch on the CPU at every measured size; docs/audit.md)")
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", default="float64", choices=("float64", "float32"))
     parser.add_argument("--seed", type=int, default=0, help="seed of the built-in model and of the pair/candidate draws")
-    parser.add_argument("--decode-steps", type=int, default=None, help="greedy steps of the cache-fidelity check (default 8)")
-    parser.add_argument("--order-tokens", type=int, default=None, help="sampled tokens per continuation for the order parameter (default 8)")
+    parser.add_argument("--decode-steps", type=int, default=None, help=f"greedy steps of cached vs recomputed decoding (default {AuditSizes().n_decode_steps}, the published protocol)")
+    parser.add_argument("--order-tokens", type=int, default=None, help=f"sampled tokens per continuation for the order parameter (default {AuditSizes().n_order_tokens}; "
+                        "a continuation also stops at the end-of-sequence id)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars on stderr")
     parser.add_argument("--no-plots", action="store_true", help="skip the PNG plots")
     return parser
 
 
 def audit_main(args: argparse.Namespace) -> int:
-    """Run the audit from parsed arguments; print where the outputs are. Errors: one line, exit 2."""
+    """Run the audit from parsed arguments: the verdict first, then where the outputs are."""
     from .runner import run_audit, run_operator_audit
+    from .verdict import one_line
 
     t0 = time.perf_counter()
-    try:
-        if args.operators:
-            rec: Any = run_operator_audit(args.operators, args.out, key=args.operators_key, plots=not args.no_plots)
-            print(f"operator audit of {args.operators}: {args.out}/operators_audit.json, {args.out}/operators_summary.md")
-            return 0
-        sizes = AuditSizes()
-        if args.order_tokens is not None:
-            if args.order_tokens < 1:
-                raise ValueError(f"--order-tokens must be ≥ 1, got {args.order_tokens}")
-            sizes = AuditSizes(n_order_tokens=args.order_tokens)
-        rec = run_audit(
-            checkpoint=args.checkpoint, prompts=args.prompts, tokenizer=args.tokenizer, out_dir=args.out,
-            collapse=args.collapse, seed=args.seed, device=args.device, dtype=args.dtype, backend=args.backend,
-            n_decode_steps=args.decode_steps, progress=not args.no_progress, sizes=sizes, plots=not args.no_plots,
-        )
-    except (ValueError, OSError, ImportError, RuntimeError) as exc:
-        msg = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        print(f"plga audit: error: {msg}", file=sys.stderr)
-        return 2
-    dec = rec["summary"].get("decode", [])
-    eg = max((d["epsG_rel_rms_max_over_steps"] for d in dec), default=0.0, key=lambda v: float(v))
-    print(f"audit written to {args.out}/ (audit.json, audit_raw.npz, summary.md) in {time.perf_counter() - t0:.1f}s; "
-          f"max eps_G {eg}, argmax agree {all(d['argmax_agree'] for d in dec)}")
+    out = Path(args.out)
+    if args.operators:
+        run_operator_audit(args.operators, out, key=args.operators_key, plots=not args.no_plots)
+        print(f"operator audit of {args.operators}: {out / 'operators_audit.json'}, {out / 'operators_summary.md'}")
+        return 0
+    if args.force and not args.collapse:
+        raise UsageError("--force only applies to --collapse")
+    sizes = QUICK if args.quick else AuditSizes()
+    if args.order_tokens is not None:
+        if args.order_tokens < 1:
+            raise UsageError(f"--order-tokens must be ≥ 1, got {args.order_tokens}")
+        sizes = dataclasses.replace(sizes, n_order_tokens=args.order_tokens)
+    rec = run_audit(
+        checkpoint=args.checkpoint, prompts=args.prompts, tokenizer=args.tokenizer, out_dir=out,
+        collapse=args.collapse, force=args.force, seed=args.seed, device=args.device, dtype=args.dtype,
+        backend=args.backend, n_decode_steps=args.decode_steps, progress=not args.no_progress, sizes=sizes,
+        plots=not args.no_plots,
+    )
+    v = rec["verdict"]
+    print(f"verdict: {one_line(v)}")
+    print(_outputs_line(rec, out, time.perf_counter() - t0))
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Standalone entry point (``python -m plga.audit.cli``) until the lead wires the subcommand."""
-    parser = add_audit_arguments(argparse.ArgumentParser(prog="plga audit", description=__doc__))
-    return audit_main(parser.parse_args(argv))
+def _outputs_line(rec: dict[str, Any], out: Path, seconds: float) -> str:
+    """The last line: the verdict again and every output written."""
+    files = [JSON_NAME, SUMMARY_NAME, RAW_NAME, *rec.get("plots", [])]
+    line = f"{rec['verdict']['verdict']}; wrote {out}/: {', '.join(files)}"
+    if rec.get("collapse") and not rec["collapse"].get("refused"):
+        forced = " (forced)" if rec["verdict"]["verdict"] != "collapsed" else ""
+        line += f"; collapsed checkpoint{forced} {out / COLLAPSED_DIR}/ with its error in {COLLAPSE_REPORT}"
+    return line + f" ({seconds:.1f} s)"
 
 
-if __name__ == "__main__":  # pragma: no cover
-    raise SystemExit(main())

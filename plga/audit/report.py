@@ -1,14 +1,11 @@
-"""Human-readable outputs of the audit: ``summary.md`` and PNG plots (matplotlib, Agg backend)."""
+"""The audit's Markdown reports: ``summary.md`` (verdict first) and ``operators_summary.md``."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from ..atomic import atomic_path
+from .verdict import threshold_text
 
 
 def _fmt(x: Any) -> str:
@@ -25,8 +22,26 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
     """The audit's ``summary.md``: environment, then one table per measurement."""
     s = record["summary"]
     env, model = record["environment"], record["model"]
+    vd = record["verdict"]
+    f = vd["figures"]
+    th = vd["thresholds"]
     lines = [
         "# PLGA audit",
+        "",
+        f"**Verdict: {vd['verdict']}.** " + "; ".join(vd["reasons"]) + ".",
+        "",
+        "| deciding figure | value | rule |",
+        "|---|---|---|",
+        f"| G deviation g = max of the three below | {_fmt(f['G_deviation'])} | collapsed ≤ {threshold_text(th['collapsed_at_most'])} < inconclusive ≤ {threshold_text(th['not_collapsed_above'])} < not collapsed |",
+        f"| order parameter of G_LM (rms, max) | {_fmt(f['G_order_parameter'])} | |",
+        f"| ε_G, cached vs recomputed G_LM (max) | {_fmt(f['epsG'])} | |",
+        f"| spread of G_LM across prompts (max) | {_fmt(f['G_spread'])} | |",
+        f"| argmax changed by caching | {f['argmax_disagreements']} of {f['decoding_steps']} steps | collapsed needs 0 |",
+        f"| 2B < margin holds | {f['margin_criterion_prompts']} of {f['prompts_decoded']} prompts | collapsed needs all |",
+        "",
+        "Definitions, the verdict rule and the published values: `docs/audit.md` of plga.",
+        "",
+        "## Run",
         "",
         f"Model: `{model['source']}` (params sha256 `{model['params_sha256'][:16]}…`), config `{model['config']}`.",
         f"Backend {env['backend']} on {env['device']} ({env['dtype']}); numpy {env['numpy']}, torch {env.get('torch')}, python {env['python']}.",
@@ -98,99 +113,19 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
     if "collapse" in s:
         c = s["collapse"]
         meta = record.get("collapse") or {}
-        lines += ["", "## Collapse", "",
-                  f"Constant operator = mean G_LM over {meta.get('n_prompts_averaged')} prompts; relative spread {_mmm(c['G_spread_rel'])}.",
-                  f"Cache fidelity (collapsed checkpoint vs kvg decoding with that G): tokens equal {c['cache_fidelity']['tokens_equal']}, max Δlogit {_fmt(c['cache_fidelity']['max_dlogit'])}.",
-                  f"Collapsed vs original model: argmax agreement {_fmt(c['vs_model']['argmax_agree_frac'])}, max Δlogit {_fmt(c['vs_model']['max_dlogit'])}.",
-                  f"Checkpoint: `{meta.get('folder')}` (format {meta.get('format')})."]
+        forced = " (written with --force: the verdict is not 'collapsed')" if vd["verdict"] != "collapsed" else ""
+        lines += ["", "## Collapsed checkpoint", "",
+                  f"`{meta.get('folder')}`{forced}: constant operator = mean G_LM over {meta.get('n_prompts_averaged')} prompts.",
+                  f"Approximation error against the original model (teacher-forced, uncached): max Δlogit {_fmt(c['vs_model']['max_dlogit'])}, "
+                  f"argmax agreement {_fmt(c['vs_model']['argmax_agree_frac'])}; spread of G_LM around the mean {_mmm(c['G_spread_rel'])}.",
+                  f"File check (the checkpoint read back decodes as the in-memory mean G; tests the file, not the model): "
+                  f"{'passed' if c['file_check']['tokens_equal'] and c['file_check']['max_dlogit'] == 0 else 'FAILED'}."]
+    elif (record.get("collapse") or {}).get("refused"):
+        lines += ["", "## Collapsed checkpoint", "", f"Not written: {record['collapse']['reason']}."]
     if record.get("plots"):
         lines += ["", "## Plots", ""] + [f"- `{p}`" for p in record["plots"]]
     lines.append("")
     return "\n".join(lines)
-
-
-def _save(fig: Any, path: Path) -> str:
-    with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
-    import matplotlib.pyplot as plt
-
-    plt.close(fig)
-    return path.name
-
-
-def _plt() -> Any:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def write_plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    """Singular spectra, G heatmaps per layer (prompt 0, head 0), ε_G and margin over decoding steps."""
-    try:
-        plt = _plt()
-    except ImportError:
-        return []
-    files = []
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    for ax, key, title in ((axes[0], "A_sv", "A"), (axes[1], "ALM_sv", "A_LM")):
-        sv = raw[key].reshape(-1, raw[key].shape[-1])
-        s1 = np.where(sv[:, :1] > 0, sv[:, :1], 1.0)
-        ax.semilogy((sv / s1).T, lw=0.5, alpha=0.5)
-        ax.axhline(64 * 2.0**-23, color="k", ls="--", lw=0.8, label="64·eps_f32")
-        ax.set_title(f"s_i/s_1 of {title}")
-        ax.set_xlabel("i")
-        ax.legend(fontsize=7)
-    files.append(_save(fig, out / "spectra.png"))
-    g = raw["G_LM"][0]  # [L, H, d, d]
-    fig, axes = plt.subplots(1, g.shape[0], figsize=(3.2 * g.shape[0], 3), squeeze=False)
-    for li in range(g.shape[0]):
-        im = axes[0, li].imshow(g[li, 0], cmap="RdBu_r")
-        axes[0, li].set_title(f"G_LM layer {li}, head 0")
-        fig.colorbar(im, ax=axes[0, li], fraction=0.046)
-    files.append(_save(fig, out / "G_heatmaps.png"))
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.5))
-    eg = raw["epsG_steps"]  # [P, T, L]
-    for p in range(eg.shape[0]):
-        for li in range(eg.shape[2]):
-            axes[0].plot(eg[p, :, li], lw=0.8, label=f"p{p} L{li}" if eg.shape[0] * eg.shape[2] <= 10 else None)
-        axes[1].plot(raw["margin_steps"][p], lw=0.8, label=f"margin p{p}")
-        axes[1].plot(2 * raw["dlogit_steps"][p], lw=0.8, ls="--", label=f"2B p{p}")
-    axes[0].set_title("ε_G (rel RMS) per step")
-    axes[1].set_title("margin and 2B per step")
-    axes[1].set_yscale("symlog", linthresh=1e-12)
-    for ax in axes:
-        ax.set_xlabel("decoding step")
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=6)
-    files.append(_save(fig, out / "decode_epsG_margin.png"))
-    return files
-
-
-def write_operator_plots(arrays: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    """Per array: head-0 heatmaps per layer and the normalized singular spectra."""
-    try:
-        plt = _plt()
-    except ImportError:
-        return []
-    files = []
-    for name, g in arrays.items():
-        g = np.asarray(g, dtype=np.float64)
-        if g.ndim == 3:
-            g = g[None]
-        fig, axes = plt.subplots(2, g.shape[0], figsize=(3.2 * g.shape[0], 6), squeeze=False)
-        for li in range(g.shape[0]):
-            im = axes[0, li].imshow(g[li, 0], cmap="RdBu_r")
-            axes[0, li].set_title(f"{name} layer {li}, head 0", fontsize=8)
-            fig.colorbar(im, ax=axes[0, li], fraction=0.046)
-            sv = np.linalg.svd(g[li], compute_uv=False)
-            axes[1, li].semilogy((sv / sv[:, :1]).T, lw=0.6)
-            axes[1, li].axhline(64 * 2.0**-23, color="k", ls="--", lw=0.8)
-            axes[1, li].set_title("s_i/s_1 per head", fontsize=8)
-        files.append(_save(fig, out / f"operators_{name}.png"))
-    return files
 
 
 def operators_markdown(record: Mapping[str, Any]) -> str:

@@ -2,7 +2,8 @@
 
 The runner only *collects raw per-instance arrays* from a model through a backend
 (:mod:`plga.audit.backend`); every reported number is derived from those arrays by
-:func:`plga.audit.summary.summarize`, so the summary can be re-derived from the archive.
+:func:`plga.audit.summary.summarize`, so the summary can be re-derived from the archive, and
+the verdict from the summary (:func:`plga.audit.verdict.verdict`). Definitions: ``docs/audit.md``.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ import io
 import json
 import os
 import platform
-import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -22,37 +22,61 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
-from ..errors import CheckpointError
+from ..errors import CheckpointError, DataFileError, UsageError
 from ..inputs import sha256_file
+from ..progress import bar as _steps_bar
+from ..progress import progress as _bar
 from ..reference.checkpoint import COLLAPSED_KEY, is_collapsed, load_checkpoint, read_safetensors
 from ..reference.config import PLDRConfig
 from . import model as mdl
 from . import stats as st
 from .backend import make_backend
 from .summary import jsonable, summarize
+from .verdict import COLLAPSED, one_line, verdict
 
 RAW_NAME = "audit_raw.npz"
 JSON_NAME = "audit.json"
+SUMMARY_NAME = "summary.md"
+COLLAPSED_DIR = "collapsed"
+#: Written into the collapsed folder: the verdict and the measured approximation error.
+COLLAPSE_REPORT = "collapse_report.json"
+#: End-of-sequence id where no tokenizer says otherwise: the released tokenizer's EOS, also
+#: used for the built-in model (whose prompts never contain it).
+DEFAULT_EOS_ID = 3
 
 
 @dataclasses.dataclass(frozen=True)
 class AuditSizes:
-    """How much work each measurement does (defaults keep the built-in run well under a minute)."""
+    """How much work each measurement does; the defaults are the published protocol.
+
+    4 prompts × 48 greedy steps for cached vs recomputed decoding, 5 prompts × 2 seeded
+    continuations of 64 sampled tokens (temperature 1, top-k 50) for the order parameter,
+    pools of 32 rows and 200 attempted pairs per layer for the contraction ratio, 2 padded
+    prompts and 8 block-vs-sequential contexts. :data:`QUICK` is a smoke-test size.
+    """
 
     n_decode_prompts: int = 4
-    n_decode_steps: int = 8
+    n_decode_steps: int = 48
     n_order_prompts: int = 5
-    n_order_tokens: int = 8
+    n_order_tokens: int = 64
     order_seeds: tuple[int, int] = (100, 101)
     order_temperature: float = 1.0
     order_top_k: int = 50
-    n_pool_rows: int = 16
-    n_pairs: int = 100
+    n_pool_rows: int = 32
+    n_pairs: int = 200
     o1_prefix: int = 4
     o3_prompts: int = 2
     o3_pad_len: int = 4
-    o4_contexts: int = 2
-    o4_cand_len: int = 3
+    o4_contexts: int = 8
+    o4_cand_len: int = 4
+
+
+#: ``--quick``: the same measurements at smoke-test sizes (seconds on the built-in model).
+QUICK = AuditSizes(n_decode_steps=8, n_order_tokens=8, n_pool_rows=16, n_pairs=100, o4_contexts=2, o4_cand_len=3)
+
+
+class CollapseRefused(UsageError):
+    """``--collapse`` on a model whose verdict is not "collapsed", without ``--force``."""
 
 
 def _sha256_file(path: Path) -> str:
@@ -67,16 +91,6 @@ def params_sha256(params: Mapping[str, np.ndarray]) -> str:
         h.update(f"{k}|{v.dtype.str}|{v.shape}|".encode())
         h.update(v.tobytes())
     return h.hexdigest()
-
-
-def _progress(iterable: Any, desc: str, enabled: bool, total: int | None = None) -> Any:
-    if not enabled:
-        return iterable
-    try:
-        from tqdm import tqdm
-    except ImportError:  # pragma: no cover - tqdm is a light optional dependency
-        return iterable
-    return tqdm(iterable, desc=desc, total=total, file=sys.stderr, leave=False, dynamic_ncols=True)
 
 
 def _interleave_perm(d: int, style: str) -> np.ndarray:
@@ -98,7 +112,7 @@ def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], P
         return dict(params), config, {"source": "in-memory", "params_sha256": params_sha256(params)}
     path = Path(checkpoint)
     if is_collapsed(path):
-        raise ValueError(f"{path} is a collapsed checkpoint (no metric learner): the audit measures the uncollapsed model")
+        raise CheckpointError(f"{path} is a collapsed checkpoint (no metric learner): the audit measures the uncollapsed model")
     params, config = load_checkpoint(path)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".json"))
     if path.is_file() and path.suffix == ".safetensors" and (path.parent / "config.json").exists():
@@ -110,7 +124,8 @@ def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], P
     }
 
 
-def _resolve_prompts(prompts: Any, tokenizer: Any, config: PLDRConfig) -> tuple[list[list[int]], list[str] | None]:
+def _resolve_prompts(prompts: Any, tokenizer: Any, config: PLDRConfig) -> tuple[list[list[int]], list[str] | None, int]:
+    """(token-id prompts, their texts or None, the end-of-sequence id of the tokenizer or :data:`DEFAULT_EOS_ID`)."""
     texts: list[str] | None = None
     ids: list[list[int]] | None = None
     if isinstance(prompts, str | os.PathLike):
@@ -127,10 +142,14 @@ def _resolve_prompts(prompts: Any, tokenizer: Any, config: PLDRConfig) -> tuple[
         ids = mdl.builtin_prompt_ids(config.input_vocab_size)
     if ids is None:
         if tokenizer is None:
-            raise ValueError("text prompts need a tokenizer (--tokenizer PATH to a SentencePiece .model)")
+            raise UsageError("text prompts need a tokenizer (--tokenizer PATH to a SentencePiece .model)")
+    eos = DEFAULT_EOS_ID
+    if tokenizer is not None:
         sp = mdl.load_tokenizer(tokenizer) if isinstance(tokenizer, str | os.PathLike) else tokenizer
-        ids = mdl.encode_prompts(texts or [], sp)
-    return mdl.validate_prompts(ids, config), texts
+        eos = int(sp.eos_id()) if int(sp.eos_id()) >= 0 else DEFAULT_EOS_ID
+        if ids is None:
+            ids = mdl.encode_prompts(texts or [], sp)
+    return mdl.validate_prompts(ids, config), texts, eos
 
 
 def _environment(backend: Any, device: str, dtype: str) -> dict[str, Any]:
@@ -157,7 +176,7 @@ def _environment(backend: Any, device: str, dtype: str) -> dict[str, Any]:
 # --- measurements --------------------------------------------------------------------------
 
 
-def _per_prompt(backend: Any, prompts: list[list[int]], config: PLDRConfig, progress: bool) -> dict[str, np.ndarray]:
+def _per_prompt(backend: Any, prompts: list[list[int]], config: PLDRConfig, show: bool) -> dict[str, np.ndarray]:
     """Spectra, commutant residual, DAG loss, LN scale error, twirl energies, G_LM per prompt."""
     L, H, d = config.num_layers, config.num_heads, config.depth
     perm = _interleave_perm(d, config.rope_style)
@@ -168,7 +187,7 @@ def _per_prompt(backend: Any, prompts: list[list[int]], config: PLDRConfig, prog
     )}
     nonfinite = 0
     omega = None
-    for p in _progress(prompts, "forward/spectra", progress):
+    for p in _bar(prompts, "spectra and probes", show=show):
         tokens = np.asarray([p], dtype=np.int64)
         f = backend.forward(tokens)
         probes = backend.probe(tokens)
@@ -202,13 +221,13 @@ def _per_prompt(backend: Any, prompts: list[list[int]], config: PLDRConfig, prog
     return out
 
 
-def _contraction(backend: Any, rows: np.ndarray, sizes: AuditSizes, seed: int, progress: bool) -> dict[str, np.ndarray]:
-    """Empirical pairwise ratios of each layer's row map φ within and across prompts (§3.11)."""
+def _contraction(backend: Any, rows: np.ndarray, sizes: AuditSizes, seed: int, show: bool) -> dict[str, np.ndarray]:
+    """Empirical pairwise ratios ‖φ(r) − φ(r′)‖/‖r − r′‖ of each layer's row map φ, within and across prompts."""
     rng = np.random.default_rng([seed, 311])
     P, L, R, d = rows.shape
     within, within_l, cross, cross_l = [], [], [], []
     n_pool = min(sizes.n_pool_rows, R)
-    for layer in _progress(range(L), "contraction", progress):
+    for layer in _bar(range(L), "contraction", show=show):
         pick = np.stack([rng.choice(R, size=n_pool, replace=False) for _ in range(P)])  # [P, n_pool]
         pool = rows[np.arange(P)[:, None], layer, pick].reshape(P * n_pool, d)
         phi = backend.row_map(layer, pool)
@@ -233,21 +252,34 @@ def _contraction(backend: Any, rows: np.ndarray, sizes: AuditSizes, seed: int, p
     }
 
 
-def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, progress: bool) -> tuple[dict[str, np.ndarray], list[Any]]:
-    """Order parameter of A, A_LM, A_P, G_LM between two seeded sampled continuations (§3.9)."""
+def _until_eos(tokens: np.ndarray, start: int, eos: int) -> np.ndarray:
+    """``tokens`` [1, S] cut after the first ``eos`` at or after ``start`` (kept), as a stopping loop ends."""
+    hits = np.flatnonzero(tokens[0, start:] == eos)
+    return tokens[:, : start + int(hits[0]) + 1] if hits.size else tokens
+
+
+def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, eos: int, show: bool) -> tuple[dict[str, np.ndarray], list[Any]]:
+    """Order parameter of A, A_LM, A_P, G_LM between two seeded sampled continuations.
+
+    Each continuation samples up to ``n_order_tokens`` tokens and stops after the
+    end-of-sequence id ``eos`` (sampling is sequential, so cutting a longer draw there gives
+    the stopping loop's tokens); both sequences are then re-scored without cache.
+    """
     names = {"A": "A", "ALM": "A_LM", "AP": "A_P", "GLM": "G_LM"}
     out = {f"op_{t}_{n}": [] for t in names for n in ("rms", "signed")}
     records = []
     sel = prompts[: sizes.n_order_prompts]
-    for pi, p in enumerate(_progress(sel, "order parameter", progress)):
+    for pi, p in enumerate(_bar(sel, "order parameter", show=show)):
         n = min(sizes.n_order_tokens, config.max_seq_len - len(p))
         ded = []
         for seed in sizes.order_seeds:
             toks, _ = backend.generate(np.asarray([p]), n, "kv", temperature=sizes.order_temperature, top_k=sizes.order_top_k, seed=seed)
+            toks = _until_eos(toks, len(p), eos)
             f = backend.forward(toks)  # re-scored without cache
             ded.append(f.deductive)
             cont = [int(t) for t in toks[0, len(p):]]
-            records.append({"prompt": pi, "seed": seed, "tokens": cont, "rep_stats": st.rep_stats(cont)})
+            records.append({"prompt": pi, "seed": seed, "tokens": cont, "stopped_at_eos": bool(cont and cont[-1] == eos),
+                            "rep_stats": st.rep_stats(cont)})
         for t, key in names.items():
             pairs = [st.order_pair(ded[0][li][key][0], ded[1][li][key][0]) for li in range(config.num_layers)]
             out[f"op_{t}_rms"].append([r for r, _ in pairs])
@@ -255,12 +287,13 @@ def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig,
     return {k: np.asarray(v, dtype=np.float64) for k, v in out.items()}, records
 
 
-def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, progress: bool) -> tuple[dict[str, np.ndarray], list[list[int]]]:
-    """Greedy KV/G-cached decoding vs recomputation without cache, per step and layer (§3.12–3.13)."""
+def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, show: bool) -> tuple[dict[str, np.ndarray], list[list[int]]]:
+    """Greedy KV/G-cached decoding vs recomputation without cache: ε_G, Δlogit, margin, argmax per step."""
     L = config.num_layers
     eg, ea, dl, mg, ac, au, same, conts = [], [], [], [], [], [], [], []
     sel = prompts[: sizes.n_decode_prompts]
-    for p in _progress(sel, "cached vs recomputed decoding", progress):
+    steps = _steps_bar(sum(min(sizes.n_decode_steps, config.max_seq_len - len(p)) for p in sel), "cached vs recomputed decoding", show=show)
+    for p in sel:
         T = min(sizes.n_decode_steps, config.max_seq_len - len(p))
         prompt = np.asarray([p])
         toks, step_logits = backend.generate(prompt, T, "kvg")
@@ -272,6 +305,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
             g_u = np.stack([f.deductive[li]["G_LM"][0] for li in range(L)])
             rel, amax = st.eps_g(g_u, g_prompt)
             eg_p.append(rel), ea_p.append(amax), lu.append(f.logits[0, -1])
+            steps.update(1)
         lc = step_logits[0]
         lu = np.stack(lu)
         eg.append(eg_p), ea.append(ea_p)
@@ -279,6 +313,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
         ac.append(np.argmax(lc, axis=-1)), au.append(np.argmax(lu, axis=-1))
         same.append(bool(np.array_equal(toks, toks_kv)))
         conts.append([int(t) for t in toks[0, len(p):]])
+    steps.close()
     return {
         "epsG_steps": np.asarray(eg), "epsG_absmax_steps": np.asarray(ea),
         "dlogit_steps": np.asarray(dl), "margin_steps": np.asarray(mg),
@@ -287,7 +322,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     }, conts
 
 
-def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int, progress: bool) -> dict[str, np.ndarray]:
+def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int, show: bool) -> dict[str, np.ndarray]:
     """Online-contract probes O1 (suffix change), O2 (repeat call), O3 (padding), O4 (block vs sequential)."""
     V, L = config.input_vocab_size, config.num_layers
     out: dict[str, Any] = {}
@@ -304,7 +339,7 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     r1, r2 = backend.forward(np.asarray([p0])), backend.forward(np.asarray([p0]))
     out["o2_logits_a"], out["o2_logits_b"] = r1.logits[0], r2.logits[0]
     fra, frb, ga, gb = [], [], [], []
-    for p in _progress(prompts[: sizes.o3_prompts], "padding probe", progress):
+    for p in _bar(prompts[: sizes.o3_prompts], "padding probe", show=show):
         pad = min(sizes.o3_pad_len, config.max_seq_len - len(p))
         f0 = backend.forward(np.asarray([p]))
         f1 = backend.forward(np.asarray([p + [0] * pad]))
@@ -314,7 +349,7 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     out["o3_pad_len"] = np.array([sizes.o3_pad_len])
     rng = np.random.default_rng([seed, 404])
     seq, blk, cand, clen = [], [], [], []
-    for x in _progress(prompts[: sizes.o4_contexts], "block vs sequential", progress):
+    for x in _bar(prompts[: sizes.o4_contexts], "block vs sequential", show=show):
         m = min(sizes.o4_cand_len, config.max_seq_len - len(x) - 1)
         base = backend.forward(np.asarray([x])).logits[0, -1]
         greedy, _ = backend.generate(np.asarray([x]), m, "kv")
@@ -333,15 +368,16 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     return out
 
 
-def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig, g_lm: np.ndarray, prompts: list[list[int]], sizes: AuditSizes, out_dir: Path, device: str, dtype: str, progress: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """Constant operator = mean G over the prompts; the collapsed checkpoint; its cache fidelity.
+def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig, g_lm: np.ndarray, prompts: list[list[int]], sizes: AuditSizes, folder: Path, device: str, dtype: str, show: bool) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """Constant operator = mean G_LM over the prompts; write the collapsed checkpoint; measure its error.
 
-    The checkpoint is the project's one collapsed format (:mod:`plga.reference.checkpoint`),
-    written by :func:`plga.audit.collapsed.write_collapsed` through
-    :func:`plga.reference.checkpoint.save_safetensors` (the writer of
-    ``plga.kernels.PLDRModel.save_collapsed``), read back by the same backend kind as the
-    audit: ``PLDRModel.from_pretrained`` (torch) or
-    :func:`plga.reference.checkpoint.load_collapsed` (reference), decoding with its stored G.
+    The checkpoint is the project's one collapsed format, written by
+    :func:`plga.audit.collapsed.write_collapsed` and read back by the audit's backend kind
+    (``PLDRModel.from_pretrained`` or :func:`plga.reference.checkpoint.load_collapsed`).
+    Measured per prompt: the *approximation error* of the collapsed model against the
+    original (both uncached, teacher-forced on the original's greedy tokens: max Δlogit and
+    argmax agreement), and a *file check* (the checkpoint read back decodes exactly as
+    KV/G-cached decoding with the in-memory mean G; it tests the file, not the model).
     """
     from .backend import load_collapsed_backend
     from .collapsed import FORMAT_NAME, write_collapsed
@@ -350,20 +386,18 @@ def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig
     store = np.asarray(params["decoder.embedding.weight"]).dtype
     store = np.dtype(np.float32) if store == np.float16 else store  # the checkpoint's dtype (kernels widen fp16)
     g_const = mean.astype(store)
-    folder = out_dir / "collapsed"
     write_collapsed(params, config, g_const, folder)
     cback = load_collapsed_backend(backend.name, folder, device=device, dtype=dtype)
     g64 = [np.asarray(g, dtype=np.float64) for g in g_const]
     eq, dls, agree, dlm = [], [], [], []
-    for p in _progress(prompts[: sizes.n_decode_prompts], "collapse fidelity", progress):
+    for p in _bar(prompts[: sizes.n_decode_prompts], "collapsed model error", show=show):
         T = min(sizes.n_decode_steps, config.max_seq_len - len(p))
         prompt = np.asarray([p])
-        t_kvg, l_kvg = backend.generate(prompt, T, "kvg", constant_g=g64)
-        t_col, l_col = cback.generate(prompt, T, "constant")  # the checkpoint's stored G
+        t_kvg, l_kvg = backend.generate(prompt, T, "collapsed", constant_g=g64)
+        t_col, l_col = cback.generate(prompt, T, "collapsed")  # the checkpoint's stored G
         eq.append(bool(np.array_equal(t_kvg, t_col)))
         dls.append(st.dlogit(l_kvg[0], l_col[0]))
         t_model, _ = backend.generate(prompt, T, "kv")
-        # teacher-forced on the model's own greedy tokens, both without cache (like with like)
         lm = backend.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
         lc = cback.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
         dlm.append(st.dlogit(lm, lc))
@@ -377,12 +411,25 @@ def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig
         "folder": str(folder), "format": FORMAT_NAME, "G_key": COLLAPSED_KEY,
         "writer": "plga.reference.checkpoint.save_safetensors",
         "reader": "plga.kernels.PLDRModel.from_pretrained" if cback.name == "torch" else "plga.reference.checkpoint.load_collapsed",
-        "sha256": {f.name: _sha256_file(f) for f in sorted(folder.iterdir()) if not f.name.startswith(".")},
-        # the digest of the tensors alone (names, dtypes, shapes, bytes), independent of the file layout
-        "tensors_sha256": params_sha256(read_safetensors(folder / "model.safetensors")),
         "G_dtype": str(store), "n_prompts_averaged": int(g_lm.shape[0]),
     }
     return raw, meta
+
+
+def _collapse_report(summary: Mapping[str, Any], v: Mapping[str, Any], forced: bool) -> dict[str, Any]:
+    """``collapsed/collapse_report.json``: what the constant operator is and how far the collapsed model is from the original."""
+    c = summary["collapse"]
+    return jsonable({
+        "verdict": v["verdict"], "forced": forced, "verdict_reasons": v["reasons"],
+        "constant_operator": "mean of G_LM over the audit's prompts",
+        "approximation_error": {
+            "G_spread_rel_max": c["G_spread_rel"]["max"],
+            "max_dlogit_vs_model": c["vs_model"]["max_dlogit"],
+            "argmax_agreement_vs_model": c["vs_model"]["argmax_agree_frac"],
+            "label": c["vs_model"]["label"],
+        },
+        "definitions": "docs/audit.md of plga (section 'The collapsed checkpoint')",
+    })
 
 
 # --- the command -----------------------------------------------------------------------------
@@ -402,25 +449,29 @@ def run_audit(
     progress: bool = True,
     sizes: AuditSizes | None = None,
     plots: bool = True,
+    force: bool = False,
 ) -> dict[str, Any]:
     """Audit a PLDR-LLM; write ``audit.json``, ``audit_raw.npz``, ``summary.md`` and plots to ``out_dir``.
 
     ``checkpoint``: a ``.pth``/safetensors path or model folder, a ``(params, config)`` pair, or
     None for the built-in small model (seeded random weights). ``prompts``: token-id lists,
     strings (need ``tokenizer``, a SentencePiece ``.model`` path), or a prompt file (.npy,
-    .json, text); None for the default set. Returns the audit record (the JSON content).
+    .json, text); None for the default set. ``sizes``: the published protocol by default.
+    ``collapse``: also write ``out_dir/collapsed`` — only when the verdict is "collapsed",
+    unless ``force``; otherwise the audit is written and :class:`CollapseRefused` raised.
+    Returns the audit record (the JSON content); its ``verdict`` comes first.
     """
     t0 = time.perf_counter()
     sizes = sizes or AuditSizes()
     if n_decode_steps is not None:
         if n_decode_steps < 1:
-            raise ValueError(f"n_decode_steps must be ≥ 1, got {n_decode_steps}")
+            raise UsageError(f"n_decode_steps must be ≥ 1, got {n_decode_steps}")
         sizes = dataclasses.replace(sizes, n_decode_steps=n_decode_steps)
     if dtype not in ("float64", "float32"):
-        raise ValueError(f"dtype must be float64 or float32, got {dtype!r}")
+        raise UsageError(f"dtype must be float64 or float32, got {dtype!r}")
     out = Path(out_dir)
     params, config, model_meta = _resolve_model(checkpoint, seed)
-    prompt_ids, texts = _resolve_prompts(prompts, tokenizer, config)
+    prompt_ids, texts, eos = _resolve_prompts(prompts, tokenizer, config)
     be = make_backend(backend, params, config, device=device, dtype=dtype)
     timings: dict[str, float] = {}
 
@@ -433,16 +484,28 @@ def run_audit(
     raw = timed("per_prompt", _per_prompt, be, prompt_ids, config, progress)
     rows = raw.pop("learner_rows")
     raw.update(timed("contraction", _contraction, be, rows, sizes, seed, progress))
-    op, continuations = timed("order_parameter", _order_parameter, be, prompt_ids, config, sizes, progress)
+    op, continuations = timed("order_parameter", _order_parameter, be, prompt_ids, config, sizes, eos, progress)
     raw.update(op)
     dec_raw, greedy = timed("decode", _decode, be, prompt_ids, config, sizes, progress)
     raw.update(dec_raw)
     raw.update(timed("online", _online, be, prompt_ids, config, sizes, seed, progress))
-    collapse_meta = None
-    if collapse:
-        c_raw, collapse_meta = timed("collapse", _collapse, be, params, config, raw["G_LM"], prompt_ids, sizes, out, device, dtype, progress)
+    v = verdict(summarize(raw))
+    refused = collapse and v["verdict"] != COLLAPSED and not force
+    collapse_meta: dict[str, Any] | None = None
+    if collapse and not refused:
+        c_raw, collapse_meta = timed("collapse", _collapse, be, params, config, raw["G_LM"], prompt_ids, sizes, out / COLLAPSED_DIR, device, dtype, progress)
         raw.update(c_raw)
     summary = summarize(raw)
+    if collapse_meta is not None:
+        folder = out / COLLAPSED_DIR
+        with atomic_path(folder / COLLAPSE_REPORT) as tmp:
+            tmp.write_text(json.dumps(_collapse_report(summary, v, forced=v["verdict"] != COLLAPSED), indent=1))
+        collapse_meta["report"] = COLLAPSE_REPORT
+        collapse_meta["sha256"] = {f.name: _sha256_file(f) for f in sorted(folder.iterdir()) if not f.name.startswith(".")}
+        # the digest of the tensors alone (names, dtypes, shapes, bytes), independent of the file layout
+        collapse_meta["tensors_sha256"] = params_sha256(read_safetensors(folder / "model.safetensors"))
+    elif refused:
+        collapse_meta = {"refused": True, "reason": f"verdict {v['verdict']!r}; --force writes it anyway"}
     buf = io.BytesIO()
     np.savez(buf, **raw)
     raw_bytes = buf.getvalue()
@@ -450,12 +513,13 @@ def run_audit(
     with atomic_path(out / RAW_NAME) as tmp:
         tmp.write_bytes(raw_bytes)
     record: dict[str, Any] = {
-        "plga_audit_version": 1,
+        "verdict": v,
+        "plga_audit_version": 2,
         "environment": _environment(be, device, dtype),
         "model": {**model_meta, "config": config.to_upstream()},
         "seeds": {"seed": seed, "order_parameter": list(sizes.order_seeds), "builtin_prompts": 1234},
         "sizes": dataclasses.asdict(sizes),
-        "prompts": {"token_ids": prompt_ids, "texts": texts, "lengths": [len(p) for p in prompt_ids],
+        "prompts": {"token_ids": prompt_ids, "texts": texts, "lengths": [len(p) for p in prompt_ids], "eos_id": eos,
                     "tokenizer": str(tokenizer) if isinstance(tokenizer, str | os.PathLike) else None},
         "stochastic_continuations": continuations,
         "decode_continuations": greedy,
@@ -467,17 +531,23 @@ def run_audit(
         record["plots"] = timed("plots", _plots, raw, out)
     timings["total"] = round(time.perf_counter() - t0, 3)
     record["timings_s"] = timings
+    record = jsonable(record)
     with atomic_path(out / JSON_NAME) as tmp:
         tmp.write_text(json.dumps(record, indent=1))
     from .report import summary_markdown
 
-    with atomic_path(out / "summary.md") as tmp:
+    with atomic_path(out / SUMMARY_NAME) as tmp:
         tmp.write_text(summary_markdown(record))
+    if refused:
+        raise CollapseRefused(
+            f"refusing --collapse: the model is {one_line(v)}; the audit is in {out}/; "
+            "--force writes the collapsed checkpoint anyway and records its approximation error"
+        )
     return record
 
 
 def _plots(raw: Mapping[str, np.ndarray], out: Path) -> list[str]:
-    from .report import write_plots
+    from .figures import write_plots
 
     return write_plots(raw, out)
 
@@ -494,7 +564,7 @@ def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1
     if g.ndim == 3:
         g = g[None]
     if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
-        raise ValueError(f"operators must have shape [layers, heads, d, d], got {g.shape}")
+        raise DataFileError(f"operators must have shape [layers, heads, d, d], got {g.shape}")
     sv, bad = st.svdvals(g)
     per = {
         "commutant_residual": st.commutant_residual(g, base),
@@ -530,15 +600,15 @@ def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[
     """``plga audit --operators FILE.npz``: audit every [L, H, d, d] array (or ``key``) of the file."""
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"operator file {path} does not exist")
+        raise DataFileError(f"operator file {path} does not exist")
     try:
         data = np.load(path, allow_pickle=False)
     except Exception as exc:
-        raise ValueError(f"{path} is not a readable .npz/.npy file: {exc}") from exc
+        raise DataFileError(f"{path} is not a readable .npz/.npy file: {exc}") from exc
     arrays = {"G": data} if isinstance(data, np.ndarray) else {k: data[k] for k in data.files}
     if key is not None:
         if key not in arrays:
-            raise ValueError(f"{path} has no array {key!r}; it holds {sorted(arrays)}")
+            raise DataFileError(f"{path} has no array {key!r}; it holds {sorted(arrays)}")
         arrays = {key: arrays[key]}
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -548,7 +618,7 @@ def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[
         "operators": {k: audit_operators(v) for k, v in arrays.items()},
     }
     if plots:
-        from .report import write_operator_plots
+        from .figures import write_operator_plots
 
         record["plots"] = write_operator_plots(arrays, out)
     with atomic_path(out / "operators_audit.json") as tmp:

@@ -1,8 +1,8 @@
 """The audit's statistics: pure NumPy functions, one per statistic, on float64 arrays.
 
 Every function here is model-free and names the field of the published audit
-(``burcgokden/PLDR-LLM-Math-Foundations``, ``audit/audit_lib.py`` and ``audit/audit.py``;
-definitions in ``shared/FORMAL_CATALOG.md`` §3.7–3.14) that it reproduces. The command
+(``burcgokden/PLDR-LLM-Math-Foundations``, ``audit/audit_lib.py`` and ``audit/audit.py``)
+that it reproduces; the definitions in words are in ``docs/audit.md``. The command
 (:mod:`plga.audit.runner`) only collects raw arrays from a model; everything that turns
 raw arrays into reported numbers lives here or in :mod:`plga.audit.summary`.
 """
@@ -19,13 +19,13 @@ Array = np.ndarray
 
 #: float32 machine epsilon 2⁻²³ (the numerical-rank rule's unit).
 EPS_F32 = 2.0**-23
-#: numrank tolerance factor: s_i counts when s_i > 64·eps_f32·s₁ (FORMAL_CATALOG §3.14).
+#: numrank tolerance factor: s_i counts when s_i > 64·eps_f32·s₁ (docs/audit.md, Spectra).
 NUMRANK_FACTOR = 64.0
-#: frequencies closer than this are the same eigenfrequency (commutant mask, §3.7).
+#: frequencies closer than this are the same eigenfrequency (commutant mask; docs/audit.md, RoPE structure).
 OMEGA_TOL = 1e-12
-#: pair draws with ‖r − r′‖ at or below this are skipped (contraction ratio, §3.11).
+#: pair draws with ‖r − r′‖ at or below this are skipped (docs/audit.md, Row-map contraction).
 PAIR_DENOM_MIN = 1e-12
-#: LayerNorm ε of the model (ε-LayerNorm scale error, §3.14).
+#: LayerNorm ε of the model (ε-LayerNorm scale error).
 LN_EPS = 1e-6
 
 
@@ -50,7 +50,7 @@ def min_median_max(x: Any) -> dict[str, float]:
     return {"min": float(np.min(x)), "median": float(np.median(x)), "max": float(np.max(x)), "n": int(x.size)}
 
 
-# --- Order parameter (FORMAL_CATALOG §3.9; audit_lib.order_pair) -----------------------------
+# --- Order parameter (audit_lib.order_pair) ------------------------------------------------------
 
 
 def order_pair(x1: Any, x2: Any) -> tuple[float, float]:
@@ -74,7 +74,7 @@ def order_pair(x1: Any, x2: Any) -> tuple[float, float]:
     return r, s
 
 
-# --- Spectra (§3.14) --------------------------------------------------------------------------
+# --- Spectra -------------------------------------------------------------------------------------
 
 
 def svdvals(m: Any) -> tuple[Array, int]:
@@ -150,7 +150,7 @@ def crosshead_rms(a: Any) -> tuple[Array, Array]:
     return num, rel
 
 
-# --- RoPE structure (§3.7, §3.10) -------------------------------------------------------------
+# --- RoPE structure ------------------------------------------------------------------------------
 
 
 def rope_thetas(d: int, base: float = 10000.0) -> Array:
@@ -175,7 +175,7 @@ def rope_eigenbasis(d: int, base: float = 10000.0) -> tuple[Array, Array]:
     """Complex eigenbasis U_c of every RoPE rotation and its eigenfrequencies ω → ([d, d], [d]).
 
     Column 2a = (e_{2a} − i e_{2a+1})/√2 with ω = +θ_a; column 2a+1 = (e_{2a} + i e_{2a+1})/√2
-    with ω = −θ_a, so U_c* R_n U_c = diag(e^{i n ω}) (FORMAL_CATALOG §3.7).
+    with ω = −θ_a, so U_c* R_n U_c = diag(e^{i n ω}).
     """
     th = rope_thetas(d, base)
     u = np.zeros((d, d), dtype=np.complex128)
@@ -216,9 +216,9 @@ def commutant_residual(g: Any, base: float = 10000.0) -> Array:
 
 
 def rope_commutator_rel(g: Any, position: float, base: float = 10000.0) -> Array:
-    """Relative RoPE commutator ‖G R(p) − R(p) G‖_F / ‖G‖_F at one position p (SPEC §4).
+    """Relative RoPE commutator ‖G R(p) − R(p) G‖_F / ‖G‖_F at one position p.
 
-    SPEC §4's "commutant residual max_p ‖GR(p) − R(p)G‖/‖G‖" in its per-position form; the
+    The per-position form of the commutant residual max_p ‖GR(p) − R(p)G‖/‖G‖; the
     audit reports it at fixed positions (its maximum over p ≤ S is bounded by 2·residual·√2).
     """
     g = _f64(g)
@@ -232,7 +232,7 @@ def twirl_energies(q_pre: Any, q_rot: Any, base: float = 10000.0) -> tuple[Array
     """Eigenbasis energies of the unrotated and rotated query aggregates → (E_unrot, E_rot, ω).
 
     M_unrot = q_preᵀ q_pre / S and M_rot = q_rotᵀ q_rot / S for q [..., S, d] (published raw
-    arrays ``twirl_E_unrot``, ``twirl_E_rot``, ``twirl_omega``; FORMAL_CATALOG §3.10).
+    arrays ``twirl_E_unrot``, ``twirl_E_rot``, ``twirl_omega``).
     """
     q_pre, q_rot = _f64(q_pre), _f64(q_rot)
     s, d = q_pre.shape[-2], q_pre.shape[-1]
@@ -265,7 +265,7 @@ def twirl_stats(e_unrot: Any, e_rot: Any, omega: Any) -> dict[str, Array]:
 
 
 def twirl_frequencies(d: int, base: float = 10000.0) -> Array:
-    """Twirl frequency set {2θ_a} ∪ {|θ_a − θ_b|, θ_a + θ_b : a ≠ b}, nonresonant only (§3.7).
+    """Twirl frequency set {2θ_a} ∪ {|θ_a − θ_b|, θ_a + θ_b : a ≠ b}, nonresonant only.
 
     Ordered pairs a ≠ b, as the published ``build_freqs``: for d = 64 that is
     32 + 2·32·31 = 2016 values; those with sin(ω/2) = 0 are dropped.
@@ -287,7 +287,7 @@ def twirl_multiplier(omega: Any, s: int) -> Array:
     return np.abs(np.sin(s * omega / 2)) / (s * np.abs(np.sin(omega / 2)))
 
 
-# --- Row-map contraction (§3.11) ----------------------------------------------------------------
+# --- Row-map contraction -------------------------------------------------------------------------
 
 
 def pairwise_ratios(r: Any, phi_r: Any, pairs: Any) -> Array:
@@ -306,7 +306,7 @@ def pairwise_ratios(r: Any, phi_r: Any, pairs: Any) -> Array:
     return num[keep] / den[keep]
 
 
-# --- Cache fidelity (§3.12–3.13) ----------------------------------------------------------------
+# --- Cache fidelity ------------------------------------------------------------------------------
 
 
 def eps_g(g_uncached: Any, g_cached: Any) -> tuple[Array, Array]:
@@ -342,7 +342,7 @@ def margin_ok(b: float, margin: float) -> bool:
     return bool(2.0 * float(b) < float(margin))
 
 
-# --- DAG loss (§3.8) -----------------------------------------------------------------------------
+# --- DAG loss ------------------------------------------------------------------------------------
 
 
 def dag_loss(m: Any) -> Array:
@@ -367,7 +367,7 @@ def notears_h(m: Any) -> Array:
         return np.sum(np.exp(lam), axis=-1).real - n.shape[-1]
 
 
-# --- ε-LayerNorm scale error (§3.3, §3.14) ----------------------------------------------------------
+# --- ε-LayerNorm scale error ---------------------------------------------------------------------
 
 
 def ln_scale_error(d_rows: Any, s: int, eps: float = LN_EPS) -> dict[str, Array]:
@@ -399,7 +399,7 @@ def ln_scale_error(d_rows: Any, s: int, eps: float = LN_EPS) -> dict[str, Array]
     }
 
 
-# --- Online-contract comparisons (FORMAL_CATALOG §4.12, §5.2) ------------------------------------
+# --- Online-contract comparisons ----------------------------------------------------------------
 
 
 def delta_stats(a: Any, b: Any) -> dict[str, float | int]:
@@ -434,7 +434,7 @@ def symmetry_defect(g: Any) -> Array:
 def spread(gs: Any, axis: int = 0) -> tuple[Array, Array]:
     """Spread of operators around their mean along ``axis`` → (mean, max relative deviation).
 
-    max_x ‖G(x) − mean G‖_F / ‖mean G‖_F over the last two axes (SPEC §4 relative fluctuation).
+    max_x ‖G(x) − mean G‖_F / ‖mean G‖_F over the last two axes (the spread across prompts; docs/audit.md).
     """
     gs = _f64(gs)
     mean = gs.mean(axis=axis)

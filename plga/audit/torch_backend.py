@@ -15,12 +15,16 @@ kernels do not expose is assembled from their public pieces:
 * the metric learner's row map φ (the residual units without the input LayerNorm) is the
   loop of ``kernels.functional.metric_learner`` over ``layer_weights_of(mha1)["units"]``.
 
-Arrays come back as NumPy float64.
+Arrays come back as NumPy float64. On the CPU, a small model (d_model ≤
+:data:`SMALL_D_MODEL`) runs each call on one intra-op thread: at those shapes a second thread
+gains at most 1.4× on free cores and costs 15× when the cores are shared (``docs/audit.md``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+import functools
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,13 +32,41 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ..kernels import MODES, PLDRModel
+from ..errors import InputError, UsageError
+from ..kernels import PLDRModel
 from ..kernels import functional as KF
-from ..reference import decoder as dec
 from ..reference.config import PLDRConfig
-from .backend import DEDUCTIVE, ForwardOut, LayerProbe
+from .interface import DEDUCTIVE, MODES, ForwardOut, LayerProbe
 
 _DT = {"float64": torch.float64, "float32": torch.float32}
+
+#: On the CPU, models up to this width run on one intra-op thread (measured; module docstring).
+SMALL_D_MODEL = 256
+
+
+@contextlib.contextmanager
+def _thread_cap(n: int | None) -> Iterator[None]:
+    """At most ``n`` torch intra-op threads inside the block (the process setting is restored)."""
+    old = torch.get_num_threads()
+    if n is None or n >= old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
+
+
+def _call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """A backend call: inference mode, under the backend's thread cap."""
+
+    @functools.wraps(fn)
+    def wrapper(self: TorchBackend, *args: Any, **kwargs: Any) -> Any:
+        with _thread_cap(self.thread_cap), torch.inference_mode():
+            return fn(self, *args, **kwargs)
+
+    return wrapper
 
 
 def _device(device: str) -> torch.device:
@@ -42,13 +74,13 @@ def _device(device: str) -> torch.device:
         dev = torch.device(device)
         torch.empty(0, device=dev)
     except (RuntimeError, AssertionError) as exc:
-        raise ValueError(f"torch device {device!r} is not available: {str(exc).splitlines()[0]}") from None
+        raise UsageError(f"torch device {device!r} is not available: {str(exc).splitlines()[0]}") from None
     return dev
 
 
 def _dtype(dtype: str) -> torch.dtype:
     if dtype not in _DT:
-        raise ValueError(f"dtype must be float64 or float32, got {dtype!r}")
+        raise UsageError(f"dtype must be float64 or float32, got {dtype!r}")
     return _DT[dtype]
 
 
@@ -68,6 +100,8 @@ class TorchBackend:
         self.collapsed_g: list[np.ndarray] | None = (
             [_np(g) for g in model.decoder.collapsed_G] if model.collapsed else None
         )
+        small_cpu = model.device.type == "cpu" and self.config.d_model <= SMALL_D_MODEL
+        self.thread_cap: int | None = 1 if small_cpu else None
 
     @classmethod
     def from_params(
@@ -90,70 +124,37 @@ class TorchBackend:
 
     # -- forward and decoding ---------------------------------------------------------------
 
-    @torch.inference_mode()
+    @_call
     def forward(self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None) -> ForwardOut:
         """Logits [B, S, V] and per-layer A, A_LM, A_P, G_LM (only G_LM under a constant G)."""
         out = self.model(self._tokens(tokens), logits="all", deductive=True, G=constant_g)
         ded = [{k: _np(d[k]) for k in DEDUCTIVE if k in d} for d in out.deductive or []]
         return ForwardOut(logits=_np(out.logits), deductive=ded)
 
-    @torch.inference_mode()
+    @_call
     def generate(
         self, prompt: np.ndarray, n: int, mode: str, *, constant_g: Sequence[np.ndarray] | None = None,
         temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, seed: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
-        """(tokens [B, S + n], step logits [B, n, V]); ``mode`` nocache, kv, kvg, constant/collapsed."""
+        """(tokens [B, S + n], step logits [B, n, V]); ``mode`` one of :data:`~plga.audit.interface.MODES`."""
         if mode not in MODES:
-            raise ValueError(f"unknown mode {mode!r}; use one of {MODES}")
-        kmode = "collapsed" if mode == "constant" else mode
-        if kmode == "collapsed" and constant_g is None and not self.model.collapsed:
-            raise ValueError("mode 'constant' needs constant_g (one operator per layer) or a collapsed model")
-        if temperature == 0:
-            r = self.model.generate(self._tokens(prompt), n, kmode, G=constant_g, return_step_logits=True)
-            assert r.step_logits is not None
-            return r.tokens.cpu().numpy().astype(np.int64), _np(r.step_logits)
-        return self._sample(prompt, n, kmode, constant_g, temperature, top_k, top_p, seed)
-
-    def _sample(
-        self, prompt: np.ndarray, n: int, mode: str, constant_g: Any, temperature: float, top_k: int, top_p: float,
-        seed: int | None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Seeded sampling with the reference's NumPy sampler over the kernels' static cache."""
-        m = self.model
-        if n < 0:
-            raise ValueError(f"max_new_tokens must be ≥ 0, got {n}")
-        tokens = np.asarray(prompt, dtype=np.int64)
-        b, s = tokens.shape
-        if s + n > self.config.max_seq_len:
-            raise ValueError(f"prompt length {s} + {n} new tokens exceeds max_seq_len={self.config.max_seq_len}")
-        rng = np.random.default_rng(seed) if seed is not None else None
-        steps: list[np.ndarray] = []
-        if mode == "nocache":
-            for _ in range(n):
-                logits = _np(m(self._tokens(tokens), logits="last", G=constant_g).logits)
-                steps.append(logits)
-                tokens = np.concatenate([tokens, dec.sample_next(logits, rng, temperature, top_k, top_p)[:, None]], 1)
-        elif n:
-            cache = m.new_cache(b, s + n - 1 if n > 1 else s)
-            out = m(self._tokens(tokens), logits="last", G=constant_g, cache=cache).logits
-            cached = "kv" if mode == "collapsed" else mode  # a constant G overrides the cached mode
-            for j in range(n):
-                logits = _np(out)
-                steps.append(logits)
-                nxt = dec.sample_next(logits, rng, temperature, top_k, top_p)
-                tokens = np.concatenate([tokens, nxt[:, None]], 1)
-                if j + 1 < n:
-                    out = m.step(self._tokens(nxt[:, None]), cache, cached, G=constant_g)
-        step_logits = np.stack(steps, 1) if steps else np.zeros((b, 0, self.config.input_vocab_size))
-        return tokens, step_logits
+            raise InputError(f"unknown mode {mode!r}; use one of {MODES}")
+        if mode == "collapsed" and constant_g is None and not self.model.collapsed:
+            raise InputError("mode 'collapsed' needs constant_g (one operator per layer) or a collapsed model")
+        r = self.model.generate(
+            self._tokens(prompt), n, mode, G=constant_g, temperature=temperature, top_k=top_k, top_p=top_p, seed=seed,
+            return_step_logits=True,
+        )  # sampling: the one sampler of plga.reference.sampling, as the reference backend
+        assert r.step_logits is not None
+        return r.tokens.cpu().numpy().astype(np.int64), _np(r.step_logits)
 
     # -- probes -------------------------------------------------------------------------------
 
     def _need_learner(self) -> None:
         if self.model.collapsed:
-            raise ValueError("a collapsed model has no metric learner to probe")
+            raise InputError("a collapsed model has no metric learner to probe")
 
-    @torch.inference_mode()
+    @_call
     def probe(self, tokens: np.ndarray) -> list[LayerProbe]:
         """Per layer: q before and after RoPE, D = Q̃ᵀQ̃ and LN(D), from one kernels forward."""
         self._need_learner()
@@ -182,9 +183,9 @@ class TorchBackend:
             out.append(LayerProbe(q_pre=_np(q), q_rot=_np(q_rot), density=_np(density), learner_input=_np(x0)))
         return out
 
-    @torch.inference_mode()
+    @_call
     def row_map(self, layer: int, rows: np.ndarray) -> np.ndarray:
-        """φ = the composition of the layer's residual units on single rows [..., d] (§3.11)."""
+        """φ = the composition of the layer's residual units on single rows [..., d]."""
         self._need_learner()
         mha = self.model.decoder.dec_layers[layer].mha1
         units = KF.layer_weights_of(mha)["units"]

@@ -48,7 +48,7 @@ def audited(tmp_path_factory):
     """A random (uncollapsed) model audited with --collapse: (params, record, G [L, H, d, d], folder)."""
     out = tmp_path_factory.mktemp("audit")
     params = random_params(CONFIG, seed=21)
-    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS, out_dir=out, collapse=True, sizes=SIZES, progress=False, plots=False)
+    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS, out_dir=out, collapse=True, force=True, sizes=SIZES, progress=False, plots=False)
     with np.load(out / "audit_raw.npz") as z:
         g = z["collapse_G"]
     return params, rec, g, out / "collapsed"
@@ -58,7 +58,7 @@ def test_folder_has_the_kernels_format(audited):
     from safetensors import safe_open
 
     _, rec, g, folder = audited
-    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["config.json", "model.safetensors"]
+    assert sorted(p.name for p in folder.iterdir() if not p.name.startswith(".")) == ["collapse_report.json", "config.json", "model.safetensors"]
     cfg = json.loads((folder / "config.json").read_text())
     assert cfg == {**CONFIG.to_upstream(), "collapsed": True}
     with safe_open(str(folder / "model.safetensors"), "np") as f:
@@ -74,7 +74,8 @@ def test_folder_has_the_kernels_format(audited):
 
 
 def test_kernels_load_the_audit_checkpoint_and_decode_like_kvg(audited):
-    """PLDRModel.from_pretrained(audit folder) decodes exactly as kvg decoding with that G."""
+    """PLDRModel.from_pretrained(audit folder) decodes exactly as the full model given that G
+    (constant operators: the cached modes coincide in mode collapsed)."""
     torch = pytest.importorskip("torch")
     from plga.kernels import PLDRModel
 
@@ -87,11 +88,11 @@ def test_kernels_load_the_audit_checkpoint_and_decode_like_kvg(audited):
         for p in PROMPTS:
             prompt = torch.tensor([p])
             a = collapsed.generate(prompt, 6, "collapsed", return_step_logits=True)
-            b = model.generate(prompt, 6, "kvg", G=g.astype(np.float32), return_step_logits=True)
+            b = model.generate(prompt, 6, "collapsed", G=g.astype(np.float32), return_step_logits=True)
             assert torch.equal(a.tokens, b.tokens)
             assert torch.equal(a.step_logits, b.step_logits)
             s = collapsed.generate(prompt, 4, "collapsed", temperature=1.0, top_k=8, seed=3)
-            t = model.generate(prompt, 4, "kvg", G=g.astype(np.float32), temperature=1.0, top_k=8, seed=3)
+            t = model.generate(prompt, 4, "collapsed", G=g.astype(np.float32), temperature=1.0, top_k=8, seed=3)
             assert torch.equal(s.tokens, t.tokens)
 
 
@@ -105,8 +106,8 @@ def test_reference_reads_the_audit_checkpoint(audited):
     assert np.array_equal(np.stack(cg).astype(np.float64), g)
     c64, p64 = dec.to_backend(cparams), dec.to_backend(params)
     for p in PROMPTS:
-        a = dec.generate(c64, config, np.asarray([p]), 6, "constant", constant_g=cg)
-        b = dec.generate(p64, CONFIG, np.asarray([p]), 6, "kvg", constant_g=cg)
+        a = dec.generate(c64, config, np.asarray([p]), 6, "collapsed", constant_g=cg)
+        b = dec.generate(p64, CONFIG, np.asarray([p]), 6, "collapsed", constant_g=cg)
         assert np.array_equal(a.tokens, b.tokens) and np.array_equal(a.step_logits, b.step_logits)
     with pytest.raises(CheckpointError, match="load_collapsed"):
         load_checkpoint(folder)  # the full-model loader requires the metric learner
@@ -120,7 +121,7 @@ def test_reference_and_kernels_readers_agree(audited):
     cparams, config, cg = load_collapsed(folder)
     model = PLDRModel.from_pretrained(folder, dtype=torch.float64)
     for p in PROMPTS:
-        want = dec.generate(dec.to_backend(cparams), config, np.asarray([p]), 5, "constant", constant_g=cg)
+        want = dec.generate(dec.to_backend(cparams), config, np.asarray([p]), 5, "collapsed", constant_g=cg)
         got = model.generate(torch.tensor([p]), 5, "collapsed", return_step_logits=True)
         assert np.array_equal(got.tokens.numpy(), want.tokens)
         np.testing.assert_allclose(got.step_logits.numpy(), want.step_logits, rtol=1e-9, atol=1e-9)
@@ -149,10 +150,10 @@ def test_audit_without_torch_reads_with_the_reference(tmp_path, monkeypatch):
     params = random_params(CONFIG, seed=21)
     sizes = AuditSizes(n_decode_prompts=1, n_decode_steps=2, n_order_prompts=1, n_order_tokens=1, n_pool_rows=4,
                        n_pairs=5, o3_prompts=1, o4_contexts=1, o4_cand_len=1)
-    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS[:1], out_dir=tmp_path, collapse=True, sizes=sizes, progress=False, plots=False)
+    rec = run_audit(checkpoint=(params, CONFIG), prompts=PROMPTS[:1], out_dir=tmp_path, collapse=True, force=True, sizes=sizes, progress=False, plots=False)
     assert rec["collapse"]["writer"] == WRITER
     assert rec["collapse"]["reader"] == "plga.reference.checkpoint.load_collapsed"
-    c = rec["summary"]["collapse"]["cache_fidelity"]
+    c = rec["summary"]["collapse"]["file_check"]
     assert c["tokens_equal"] and c["max_dlogit"] == 0.0
     if _has_torch():
         import torch

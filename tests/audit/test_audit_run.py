@@ -41,7 +41,7 @@ def collapsed_run(tmp_path_factory):
 def random_run(tmp_path_factory):
     out = tmp_path_factory.mktemp("random")
     params = random_params(CONFIG, seed=3)
-    rec = run_audit(checkpoint=(params, CONFIG), out_dir=out, collapse=True, sizes=SIZES, progress=False, plots=True)
+    rec = run_audit(checkpoint=(params, CONFIG), out_dir=out, collapse=True, force=True, sizes=SIZES, progress=False, plots=True)
     return rec, out
 
 
@@ -57,7 +57,7 @@ def test_collapsed_by_construction_reports_exact_zeros(collapsed_run):
     assert all(p["glm_delta"]["nonzero"] == 0 for p in s["online"]["o3_padding"]["prompts"])
     c = s["collapse"]
     assert c["G_spread_rel"]["max"] == 0.0
-    assert c["cache_fidelity"]["tokens_equal"] and c["cache_fidelity"]["max_dlogit"] == 0.0
+    assert c["file_check"]["tokens_equal"] and c["file_check"]["max_dlogit"] == 0.0
     assert c["vs_model"]["argmax_agree_frac"] == 1.0 and c["vs_model"]["max_dlogit"] == 0.0
 
 
@@ -83,7 +83,7 @@ def test_random_model_reports_nonzero_values(random_run):
     assert s["spectra"]["A_numrank"]["max"] > 1 and s["spectra"]["rowvar_ratio"]["median"] > 0.5
     assert s["collapse"]["G_spread_rel"]["max"] > 0
     # cache fidelity of the collapsed checkpoint is exact even when the model did not collapse
-    assert s["collapse"]["cache_fidelity"]["tokens_equal"] and s["collapse"]["cache_fidelity"]["max_dlogit"] == 0.0
+    assert s["collapse"]["file_check"]["tokens_equal"] and s["collapse"]["file_check"]["max_dlogit"] == 0.0
     for d in s["decode"]:
         assert d["epsG_rel_rms_max_over_steps"] == 0.0 or d["T"] > 1
     o4 = s["online"]["o4_block_vs_sequential"]
