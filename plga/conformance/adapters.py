@@ -21,7 +21,7 @@ import numpy as np
 
 from . import eager as eg
 from . import oracle
-from .adapter import Adapter, ForwardOutput, GenerateOutput, NotProvided
+from .adapter import Adapter, ForwardOutput, GenerateOutput, NotProvided, adapter_factory
 
 _CACHE_CAPS = frozenset({"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"})
 
@@ -246,20 +246,24 @@ def _generate_output(out: Any) -> GenerateOutput:
     return GenerateOutput(tokens, steps)
 
 
+@adapter_factory
 def kernels() -> Adapter:
     """The default implementation under test: :mod:`plga.kernels` with its default backend."""
     return KernelsAdapter()
 
 
+@adapter_factory
 def kernels_eager() -> Adapter:
     """:mod:`plga.kernels` with ``backend="eager"`` (scores materialized)."""
     return KernelsAdapter(backend="eager")
 
 
+@adapter_factory
 def reference() -> Adapter:
     return ReferenceAdapter()
 
 
+@adapter_factory
 def eager() -> Adapter:
     return EagerAdapter()
 
