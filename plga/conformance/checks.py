@@ -233,16 +233,36 @@ def _baselines(t: dict[str, Any], **kw: Any) -> list[Any]:
     return [eg.plga_attention(t["q"], t["k"], t["v"], t["G"], order=o, **kw) for o in eg.ATTENTION_ORDERS]
 
 
+def _max_scaled_score(t: dict[str, Any], causal: bool, scale: float | None) -> tuple[float, float]:
+    """(max |scaled score| over all pairs, over the allowed pairs), float64."""
+    q, k = oracle.to_np(t["q"]), oracle.to_np(t["k"])
+    d = q.shape[-1]
+    g = np.eye(d) if t["G"] is None else oracle.to_np(t["G"])
+    x = np.abs((q @ g) @ np.swapaxes(k, -1, -2)) * (1 / math.sqrt(d) if scale is None else scale)  # [B, H, S, T]
+    allowed = oracle.support_np(q.shape[0], q.shape[2], k.shape[2], causal=causal, key_padding_mask=t["key_padding_mask"])
+    on = x if allowed is None else np.where(allowed, x, 0.0)
+    return (float(x.max()) if x.size else 0.0), (float(on.max()) if on.size else 0.0)
+
+
+def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None) -> float:
+    """Magnitude of the terms entering attention out: max|v| · (1 + max|allowed scaled score|).
+
+    The factor is the softmax's own error scale: P = exp(s − lse) recomputed from a saved
+    log-sum-exp (FA-2, two-pass kernels) carries a relative error ≈ u·|s|, since lse is
+    rounded at the scores' magnitude; out = Σ P v inherits it times max|v|.
+    """
+    v = np.abs(oracle.to_np(t["v"]) if values is None else values)
+    return (float(v.max()) if v.size else 0.0) * (1.0 + _max_scaled_score(t, causal, scale)[1])
+
+
 def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, finite_mask: bool = False) -> None:
     t = case.tensors(ctx.dtype, ctx.device)
     kw = dict(causal=case.causal, key_padding_mask=t["key_padding_mask"], scale=case.scale, finite_mask=finite_mask)
-    scale = case.scale if case.scale is not None else 1 / math.sqrt(case.d)
-    scores = (oracle.to_np(t["q"]) @ (np.eye(case.d) if t["G"] is None else oracle.to_np(t["G"]))) @ np.swapaxes(oracle.to_np(t["k"]), -1, -2)
-    _assume(np.abs(scores * scale).max() <= sh.MAX_ABS_SCORE)
+    _assume(_max_scaled_score(t, case.causal, case.scale)[0] <= sh.MAX_ABS_SCORE)
     truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and case.small, **kw)
     out = _call(ctx, "attention", t["q"], t["k"], t["v"], t["G"], **kw)
     assert_conforms(out, _baselines(t, **kw), truth, dtype=ctx.dtype, k=k_for(ctx.name), what=what,
-                    note=case.describe(), magnitude=float(np.abs(case.v).max()))
+                    note=case.describe(), magnitude=attention_magnitude(t, case.causal, case.scale))
 
 
 def _attention_check(ctx: Context, *, what: str, causal: bool | None, paddings: tuple[str, ...],
@@ -307,10 +327,10 @@ def check_attention_mask_dominance(ctx: Context) -> None:
         kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and c.small, **kw)
         out = _call(ctx, "attention", t["q"], t["k"], t["v"], t["G"], **kw)
-        unmasked_v = float(np.abs(np.where(padded, 0.0, c.v)).max())  # masked values never enter the result
+        unmasked_v = np.where(padded, 0.0, c.v)  # masked values never enter the result
         assert_conforms(out, _baselines(t, **kw), truth, dtype=ctx.dtype, what="attention (masked keys dominate the scores)",
                         note=c.describe() + "\n  masked keys score ≈ +300 and carry values 100: any leak through the mask shows",
-                        magnitude=unmasked_v)
+                        magnitude=attention_magnitude(t, c.causal, c.scale, unmasked_v))
 
     fams = ("none", "identity", "random", "sentinel")
     run_property(ctx, sh.attention_cases(causal=None, padding=("right", "random"), families=fams), body,
@@ -369,9 +389,8 @@ def check_attention_backward(ctx: Context) -> None:
         t = c.tensors(ctx.dtype, ctx.device)
         w = torch.from_numpy(np.random.default_rng(c.seed + 3).standard_normal((c.b, c.h, c.s, c.dv))).to(t["q"])
         kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
-        scale = c.scale if c.scale is not None else 1 / math.sqrt(c.d)
-        scores = (oracle.to_np(t["q"]) @ (np.eye(c.d) if t["G"] is None else oracle.to_np(t["G"]))) @ np.swapaxes(oracle.to_np(t["k"]), -1, -2)
-        _assume(np.abs(scores * scale).max() <= sh.MAX_ABS_SCORE)
+        smax, smax_allowed = _max_scaled_score(t, c.causal, c.scale)
+        _assume(smax <= sh.MAX_ABS_SCORE)
 
         def grads(fn: Callable[..., Any], dtype: Any, **extra: Any) -> list[Any]:
             leaves = [t[n].detach().to(dtype).requires_grad_(True) for n in ("q", "k", "v", "G")]
@@ -382,7 +401,7 @@ def check_attention_backward(ctx: Context) -> None:
         truth = grads(eg.plga_attention, torch.float64)
         kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype)
         base = [grads(eg.plga_attention, t["q"].dtype, order=o) for o in eg.ATTENTION_ORDERS]
-        mags = _abs_backward_magnitudes(t, w, kw)
+        mags = [m * (1.0 + smax_allowed) for m in _abs_backward_magnitudes(t, w, kw)]
         for i, name in enumerate(("dq", "dk", "dv", "dG")):
             assert_conforms(kern[i], [b[i] for b in base], truth[i], dtype=ctx.dtype, k=k_for("attention_backward"),
                             what=f"attention backward {name}", note=c.describe(), magnitude=mags[i])
@@ -426,7 +445,7 @@ def check_sentinel_g(ctx: Context) -> None:
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and c.small, **kw)
         out = _call(ctx, "attention", t["q"], t["k"], t["v"], t["G"], **kw)
         cmp = compare(out, _baselines(t, **kw), truth, dtype=ctx.dtype, what="attention (sentinel G)",
-                      magnitude=float(np.abs(c.v).max()))
+                      magnitude=attention_magnitude(t, c.causal, c.scale))
         if not cmp.passed:
             raise ConformanceFailure(cmp.message() + "\n" + _diagnose_sentinel(out, c, t) + "\n" + c.describe(), cmp)
 
@@ -460,7 +479,7 @@ def check_batched_equals_slices(ctx: Context) -> None:
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], key_padding_mask=pad, **kw)
         b_err = max(compare(b, [], truth, dtype=ctx.dtype).kernel_error for b in _baselines(t, key_padding_mask=pad, **kw))
         cmp = compare(full, [sliced], oracle.to_np(sliced), dtype=ctx.dtype, what="batched vs per-slice",
-                      magnitude=float(np.abs(c.v).max()))
+                      magnitude=attention_magnitude(t, c.causal, c.scale))
         bound = k_for("batched_equals_slices") * b_err + cmp.floor
         if not (cmp.nonfinite == 0 and cmp.kernel_error <= bound):
             raise ConformanceFailure(
@@ -501,7 +520,7 @@ def check_sdpa_identity(ctx: Context) -> None:
             assert_bitwise_equal(out_none, ref, what="PLGA at G = None vs torch SDPA on the same q", note=c.describe())
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], None, mp=ctx.mp and c.small, **kw)
         base = [ref, *_baselines({**t, "G": None}, **kw)]
-        mag = float(np.abs(c.v).max())
+        mag = attention_magnitude(t, c.causal, c.scale)
         assert_conforms(out_i, base, truth, dtype=ctx.dtype, what="PLGA at G = I vs SDPA ground truth", note=c.describe(), magnitude=mag)
         assert_conforms(out_none, base, truth, dtype=ctx.dtype, what="PLGA at G = None vs SDPA ground truth", note=c.describe(),
                         magnitude=mag)
