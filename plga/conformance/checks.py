@@ -127,11 +127,14 @@ def check_ids(adapter: Adapter | None = None, group: str | None = None) -> list[
 
 
 def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = None, shrink: bool = True,
-              seed: int | None = None, timeout: float | None = None, context: Context | None = None) -> Context:
+              seed: int | None = None, timeout: float | None = None, context: Context | None = None,
+              on_stuck: Callable[[str], None] | None = None) -> Context:
     """Run one registered check (raises SkipCheck / AssertionError / CheckTimeout as the check
     does) under its time limit; returns the context with the coverage it recorded.
 
-    ``timeout``: seconds for the whole check (default: the profile's, :data:`profiles.CHECK_TIMEOUT`).
+    ``timeout``: seconds for the whole check (default: the profile's, :data:`profiles.CHECK_TIMEOUT`);
+    ``on_stuck``: reports a check that cannot be interrupted before the process ends
+    (:func:`plga.conformance.guard.time_limit`).
     """
     check = CHECKS[name]
     prof = profiles.selected(profile)
@@ -150,7 +153,7 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     torch.set_num_threads(int(os.environ.get("PLGA_NUM_THREADS", "1")))
     limit = profiles.CHECK_TIMEOUT[prof] if timeout is None else timeout
     try:
-        with time_limit(limit, f"check {ctx.check_id}"):
+        with time_limit(limit, f"check {ctx.check_id}", on_stuck):
             check.fn(ctx)
     finally:
         torch.set_num_threads(old)

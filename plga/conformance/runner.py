@@ -223,8 +223,12 @@ def check_kernel(
     try:
         with watch_user_interrupt():
             for name, dtype in _select(adapter, checks, groups, dtypes, keyword):
+                def stuck(message: str) -> None:
+                    print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message} "
+                          f"(profile {prof}, seed {run_seed})")
+
                 result = _run_one(adapter, name, dtype, prof, shrink, run_seed, check_timeout,
-                                  expected.get(f"{name}[{dtype}]", expected.get(name)))
+                                  expected.get(f"{name}[{dtype}]", expected.get(name)), stuck)
                 results.append(result)
                 if progress is not None:
                     progress(result)
@@ -245,14 +249,15 @@ def check_kernel(
 
 
 def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool, seed: int, timeout: float | None,
-             xfail_reason: str | None) -> CheckResult:
+             xfail_reason: str | None, on_stuck: Callable[[str], None]) -> CheckResult:
     """One check; every way foreign code can leave it (exception, exit, timeout) is its result."""
     import os
 
     ctx = Context(adapter, dtype, profile, f"{name}[{dtype}]", shrink, os.environ.get("PLGA_REPRODUCE"), seed)
     t0 = time.perf_counter()
     try:
-        run_check(adapter, name, dtype, profile=profile, shrink=shrink, seed=seed, timeout=timeout, context=ctx)
+        run_check(adapter, name, dtype, profile=profile, shrink=shrink, seed=seed, timeout=timeout, context=ctx,
+                  on_stuck=on_stuck)
         status, msg = ("xpassed", f"expected to fail ({xfail_reason}) but passed") if xfail_reason else ("passed", "")
     except SkipCheck as exc:
         status, msg = "skipped", str(exc)
