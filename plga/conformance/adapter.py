@@ -77,7 +77,6 @@ ALIASES: dict[str, str] = {
     "plga.kernels": "plga.conformance.adapters:kernels",
     "kernels-eager": "plga.conformance.adapters:kernels_eager",
     "reference": "plga.conformance.adapters:reference",
-    "eager": "plga.conformance.adapters:eager",
 }
 
 DEFAULT_IMPL = "default"
@@ -187,6 +186,36 @@ class CallableAdapter(Adapter):
         return self.fn(q, k, v, G, **kw)
 
 
+class DuckAdapter(Adapter):
+    """An object with ``capabilities`` and ``dtypes`` (and the operations it provides) that does
+    not subclass :class:`Adapter`: its attributes are read once, its operations delegated."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        for attr in ("name", "version", "device", "dtype_policy"):
+            setattr(self, attr, str(getattr(obj, attr, getattr(Adapter, attr))))
+        self.dtypes = tuple(obj.dtypes)
+        self.capabilities = frozenset(obj.capabilities)
+
+    def _op(self, op: str) -> Callable[..., Any]:
+        fn = getattr(self.obj, op, None)
+        if fn is None:
+            raise NotProvided(f"{op} is not provided by {self.name}")
+        return fn
+
+    def attention(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("attention")(*args, **kwargs)
+
+    def operator_chain(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("operator_chain")(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("forward")(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("generate")(*args, **kwargs)
+
+
 def _kwargs_of(fn: Callable[..., Any]) -> set[str]:
     try:
         return set(inspect.signature(fn).parameters)
@@ -216,7 +245,7 @@ def as_adapter(obj: Any, name: str | None = None) -> Adapter:
     1. an :class:`Adapter` instance is used as it is;
     2. an :class:`Adapter` subclass is instantiated with no arguments;
     3. any other object with ``capabilities`` and ``dtypes`` attributes (not a class) is a
-       duck-typed adapter;
+       duck-typed adapter (:class:`DuckAdapter`);
     4. a *factory* — a callable marked with :func:`adapter_factory`, or one that declares no
        parameter at all (``def make(): ...``) — is called with no arguments and its result
        goes through these rules again;
@@ -230,7 +259,7 @@ def as_adapter(obj: Any, name: str | None = None) -> Adapter:
     if inspect.isclass(obj) and issubclass(obj, Adapter):
         return obj()
     if not inspect.isclass(obj) and hasattr(obj, "capabilities") and hasattr(obj, "dtypes"):
-        return obj
+        return DuckAdapter(obj)
     if callable(obj) and not inspect.isclass(obj):
         if _is_factory(obj):
             produced = obj()
@@ -316,7 +345,7 @@ def available_dtypes(adapter: Adapter, wanted: Iterable[str] = DTYPES) -> list[s
 
 
 __all__ = [
-    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "ForwardOutput",
+    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "DuckAdapter", "ForwardOutput",
     "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "available_dtypes",
     "plga_environment", "resolve_impl",
 ]

@@ -5,7 +5,9 @@
 * :func:`kernels_eager` — the same package with ``backend="eager"``.
 * :func:`reference` — the float64 NumPy reference wrapped as an implementation (rounds its
   float64 result to the input dtype): the "always passes" sanity implementation.
-* :func:`eager` — :mod:`plga.conformance.eager` in the natural operation order.
+* :class:`EagerAdapter` — :mod:`plga.conformance.eager`, the suite's baseline, as an adapter:
+  the base of negative controls that change one stage; never judged itself (it would be
+  compared with itself).
 
 The device comes from ``$PLGA_DEVICE`` (default ``cpu``); CUDA is never queried at import.
 """
@@ -263,9 +265,4 @@ def reference() -> Adapter:
     return ReferenceAdapter()
 
 
-@adapter_factory
-def eager() -> Adapter:
-    return EagerAdapter()
-
-
-__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "eager", "kernels", "kernels_eager", "reference"]
+__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_eager", "reference"]

@@ -14,8 +14,9 @@ The policy takes the larger of the two errors as the baseline.
 
 The module also holds :class:`EagerDecoder`, a complete PLDR-LLM v510 decoder with the three
 caches, written against the reference decoder (:mod:`plga.reference.decoder`) line by line.
-It is the baseline of decoder-level checks, the "eager" sanity implementation, and the base
-the negative controls of :mod:`plga.conformance.broken` subclass.
+It is the baseline of decoder-level checks (never an implementation under test: it would be
+compared with itself) and the base the negative controls of :mod:`plga.conformance.broken`
+and :mod:`plga.conformance.controls` subclass.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import traceback
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ..errors import InputError
+from ..errors import ImplementationLoadError, InputError
 from . import profiles
 from .adapter import Adapter, SkipCheck, as_adapter, resolve_impl
 from .checks import CHECKS, GROUPS, Context, check_ids, run_check
@@ -213,6 +213,7 @@ def check_kernel(
 
     t_start = time.perf_counter()
     adapter = resolve_impl(fn) if isinstance(fn, str) else as_adapter(fn)
+    refuse_baseline(adapter)
     prof = profiles.selected(profile)
     run_seed = profiles.DEFAULT_SEED if seed is None else int(seed)
     expected = dict(expected_failures or {})
@@ -246,6 +247,16 @@ def check_kernel(
 
         warnings.warn(f"expected_failures entries match no check: {unmatched}", stacklevel=2)
     return ConformanceReport(adapter.name, prof, results, adapter.describe(), run_seed, time.perf_counter() - t_start)
+
+
+def refuse_baseline(adapter: Adapter) -> None:
+    """The suite's eager baseline cannot be the implementation under test: every check would
+    compare it with itself (its own error is the baseline error)."""
+    from .adapters import EagerAdapter
+
+    if type(adapter) is EagerAdapter:
+        raise ImplementationLoadError("plga.conformance.eager is the suite's own baseline: judged against itself it "
+                                      "would pass by construction; test an independent implementation")
 
 
 def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool, seed: int, timeout: float | None,
