@@ -387,9 +387,12 @@ class EagerDecoder:
             caches.append(cache)
         return self.linear(h, "final_layer"), deds, caches
 
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        """Positions of ``n`` new tokens after ``offset`` cached ones (absolute, padding included)."""
+        return torch.arange(offset, offset + n, device=self.device)
+
     def step(self, tokens: Tensor, caches: list[LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> tuple[Tensor, list[LayerCache]]:
-        offset = caches[0].k.shape[2]
-        positions = torch.arange(offset, offset + tokens.shape[1], device=self.device)
+        positions = self.step_positions(caches[0].k.shape[2], tokens.shape[1])
         h = self.embed(tokens)
         new = []
         for i in range(self.config.num_layers):

@@ -229,3 +229,20 @@ def test_xfails_file_needs_reasons(tmp_path):
     bad.write_text("test_chain\n")
     with pytest.raises(UsageError, match="needs a reason"):
         read_xfails(str(bad))
+
+
+def test_verify_counts_nothing_verified_as_a_failure(kernel_dir, monkeypatch, capsys):
+    import argparse
+
+    import plga.proofs_bridge as pb
+    from plga.conformance.verify import add_verify_arguments, verify_main
+
+    monkeypatch.syspath_prepend(str(kernel_dir))
+    monkeypatch.setattr(pb, "run_all", lambda max_examples: [])  # the theorem part is not under test here
+    monkeypatch.setattr(pb, "summary", lambda results: {"passed": 0, "theorems": 0, "derived": 0, "proved_symbolically": 0,
+                                                       "algebraic_identities": 0})
+    parser = argparse.ArgumentParser()
+    add_verify_arguments(parser)
+    assert verify_main(parser.parse_args(["--impl", "mykern:nothing", "--json"])) == 1
+    rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert rows["conformance"]["ok"] is False and "nothing verified" in rows["conformance"]["detail"]

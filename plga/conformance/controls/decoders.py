@@ -78,16 +78,8 @@ class RowLengthsMixed(eg.EagerDecoder):
 class StepPositionsOffByOne(eg.EagerDecoder):
     """Cached steps rotate the new token at position T − 1 instead of T (RoPE offset bug)."""
 
-    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
-        offset = caches[0].k.shape[2] - 1
-        positions = torch.arange(offset, offset + tokens.shape[1], device=self.device)
-        h = self.embed(tokens)
-        new = []
-        for i in range(self.config.num_layers):
-            g = None if constant_g is None else torch.as_tensor(constant_g[i], device=self.device)
-            h, _, cache = self.layer(i, h, positions, None, caches[i], mode, g)
-            new.append(cache)
-        return self.linear(h, "final_layer"), new
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        return super().step_positions(offset - 1, n)
 
 
 class KvRecomputesFromNewRows(eg.EagerDecoder):
