@@ -215,50 +215,9 @@ def cmd_theorems(args: argparse.Namespace) -> int:
 
 def cmd_verify(args: argparse.Namespace) -> int:
     """SDPA reduction, every theorem check and the kernel conformance quick profile, one table."""
-    import time
+    from .conformance.verify import verify_main
 
-    if args.max_examples < 1:
-        raise UsageError(f"--max-examples must be ≥ 1, got {args.max_examples}")
-    rows: list[dict[str, Any]] = []
-
-    from .reference.reduction import sdpa_reduction
-
-    t0 = time.perf_counter()
-    sdpa_rows, sdpa_ok = sdpa_reduction()
-    worst = max(r[3] for r in sdpa_rows if r[0] == "float64")
-    worst_mp = max(r[3] for r in sdpa_rows if r[0] != "float64")
-    rows.append({"check": "SDPA reduction (G = I)", "ok": sdpa_ok, "seconds": time.perf_counter() - t0,
-                 "detail": f"{len(sdpa_rows)} cases; float64 max diff {worst!r} (exact), mpmath {worst_mp:.1e}"})
-
-    from .proofs_bridge import run_all, summary
-
-    t0 = time.perf_counter()
-    results = run_all(max_examples=args.max_examples)
-    s = summary(results)
-    failed = [r.name for r in results if r.status != "pass"]
-    rows.append({"check": "theorem checks (formal/)", "ok": not failed and s["theorems"] > 0,
-                 "seconds": time.perf_counter() - t0,
-                 "detail": f"{s['passed']}/{s['theorems']} pass; derived {s['derived']}/{s['theorems']}; "
-                           f"symbolic {s['proved_symbolically']}/{s['algebraic_identities']}; kernel-checked 0 (no Lean here)"
-                           + (f"; failed: {', '.join(failed[:5])}" if failed else "")})
-
-    from .conformance import quick_summary
-    from .conformance.adapter import resolve_impl
-
-    for row in quick_summary(resolve_impl(args.impl)):
-        rows.append({"check": f"conformance: {row['group']}", "ok": row["ok"], "seconds": row["seconds"],
-                     "detail": f"{row['implementation']}: {row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
-                               + (f"; failed: {', '.join(row['failures'][:3])}" if row["failures"] else "")})
-    ok = all(r["ok"] for r in rows)
-    if args.json:
-        print(json.dumps({"ok": ok, "rows": rows}, indent=2))
-    else:
-        width = max(len(r["check"]) for r in rows)
-        print(f"{'check':<{width}}  result  seconds  detail")
-        for r in rows:
-            print(f"{r['check']:<{width}}  {'PASS' if r['ok'] else 'FAIL':<6}  {r['seconds']:7.1f}  {r['detail']}")
-        print(f"plga verify: {'PASS' if ok else 'FAIL'} ({sum(r['ok'] for r in rows)}/{len(rows)} checks)")
-    return 0 if ok else 1
+    return verify_main(args)
 
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
@@ -331,14 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from .conformance.cli import add_conformance_arguments, run_from_args
 
-    p = sub.add_parser("conformance", help="run the conformance suite on a PLGA implementation (pytest exit code)")
+    p = sub.add_parser("conformance", help="run the conformance suite on a PLGA implementation (0 conforms, 1 not, 2 usage)")
     add_conformance_arguments(p)
     p.set_defaults(func=run_from_args)
 
+    from .conformance.verify import add_verify_arguments
+
     p = sub.add_parser("verify", help="the main job: SDPA reduction, every theorem check, kernel conformance (quick)")
-    p.add_argument("--impl", default=None, metavar="MODULE:OBJECT", help="implementation for the conformance part (default: plga.kernels)")
-    p.add_argument("--max-examples", type=int, default=10, help="Hypothesis examples per theorem check (default 10)")
-    p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
+    add_verify_arguments(p)
     p.set_defaults(func=cmd_verify)
 
     from .bench import add_bench_arguments, bench_main

@@ -34,6 +34,7 @@ _LAZY = {
     "NotProvided": "adapter",
     "CAPABILITIES": "adapter",
     "as_adapter": "adapter",
+    "adapter_factory": "adapter",
     "resolve_impl": "adapter",
     "CHECKS": "checks",
     "assert_conforms": "tolerance",

@@ -28,11 +28,13 @@ that needs a capability the adapter lacks is skipped with the reason
 A plain callable ``fn(q, k, v, G, *, causal, key_padding_mask, scale)`` is accepted as an
 adapter providing only attention (with causal and padding masks) in float32 and float64;
 attributes ``fn.plga_capabilities`` / ``fn.plga_dtypes`` / ``fn.plga_device`` refine that.
+How an object is recognized is explicit (:func:`as_adapter`): an Adapter instance or
+subclass, a duck-typed adapter, a factory (marked :func:`adapter_factory`, or declaring no
+parameter), else an attention callable — a ``(*args, **kwargs)`` callable is attention.
 
 Selection by one switch (array-api-tests' ``ARRAY_API_TESTS_MODULE``): ``PLGA_IMPL`` or
-``--plga-impl`` or ``plga conformance --impl``, with value ``package.module:object`` (the
-object an :class:`Adapter`, an Adapter class, a zero-argument factory returning an adapter,
-or an attention callable) or one of the aliases in :data:`ALIASES`.
+``--plga-impl`` or ``plga conformance --impl``, with value ``package.module:object`` or one of
+the aliases in :data:`ALIASES`.
 The default is the project's own kernels (:func:`plga.conformance.adapters.kernels`).
 """
 
@@ -42,8 +44,11 @@ import dataclasses
 import importlib
 import inspect
 import os
+import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+from ..errors import ImplementationLoadError
 
 #: Capability name → what it means. Dtypes and devices are capabilities too.
 CAPABILITIES: dict[str, str] = {
@@ -72,7 +77,6 @@ ALIASES: dict[str, str] = {
     "plga.kernels": "plga.conformance.adapters:kernels",
     "kernels-eager": "plga.conformance.adapters:kernels_eager",
     "reference": "plga.conformance.adapters:reference",
-    "eager": "plga.conformance.adapters:eager",
 }
 
 DEFAULT_IMPL = "default"
@@ -182,6 +186,36 @@ class CallableAdapter(Adapter):
         return self.fn(q, k, v, G, **kw)
 
 
+class DuckAdapter(Adapter):
+    """An object with ``capabilities`` and ``dtypes`` (and the operations it provides) that does
+    not subclass :class:`Adapter`: its attributes are read once, its operations delegated."""
+
+    def __init__(self, obj: Any) -> None:
+        self.obj = obj
+        for attr in ("name", "version", "device", "dtype_policy"):
+            setattr(self, attr, str(getattr(obj, attr, getattr(Adapter, attr))))
+        self.dtypes = tuple(obj.dtypes)
+        self.capabilities = frozenset(obj.capabilities)
+
+    def _op(self, op: str) -> Callable[..., Any]:
+        fn = getattr(self.obj, op, None)
+        if fn is None:
+            raise NotProvided(f"{op} is not provided by {self.name}")
+        return fn
+
+    def attention(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("attention")(*args, **kwargs)
+
+    def operator_chain(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("operator_chain")(*args, **kwargs)
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("forward")(*args, **kwargs)
+
+    def generate(self, *args: Any, **kwargs: Any) -> Any:
+        return self._op("generate")(*args, **kwargs)
+
+
 def _kwargs_of(fn: Callable[..., Any]) -> set[str]:
     try:
         return set(inspect.signature(fn).parameters)
@@ -189,53 +223,111 @@ def _kwargs_of(fn: Callable[..., Any]) -> set[str]:
         return set()
 
 
-def as_adapter(obj: Any, name: str | None = None) -> Adapter:
-    """Turn ``obj`` into an :class:`Adapter`.
+def adapter_factory(fn: Callable[[], Any]) -> Callable[[], Any]:
+    """Mark ``fn`` as a factory: :func:`as_adapter` calls it with no arguments and uses the result."""
+    fn.plga_factory = True  # type: ignore[attr-defined]
+    return fn
 
-    Accepted: an Adapter instance (or duck-typed object with ``capabilities``), an Adapter
-    subclass (instantiated without arguments), a zero-argument factory returning one of
-    these, or an attention callable taking ``(q, k, v, G, *, causal, key_padding_mask, scale)``.
+
+def _is_factory(obj: Any) -> bool:
+    """A factory is marked (:func:`adapter_factory`) or declares no parameter at all."""
+    if getattr(obj, "plga_factory", False):
+        return True
+    try:
+        return len(inspect.signature(obj).parameters) == 0
+    except (TypeError, ValueError):
+        return False
+
+
+def as_adapter(obj: Any, name: str | None = None) -> Adapter:
+    """Turn ``obj`` into an :class:`Adapter`, by these rules in order (docs/conformance.md):
+
+    1. an :class:`Adapter` instance is used as it is;
+    2. an :class:`Adapter` subclass is instantiated with no arguments;
+    3. any other object with ``capabilities`` and ``dtypes`` attributes (not a class) is a
+       duck-typed adapter (:class:`DuckAdapter`);
+    4. a *factory* — a callable marked with :func:`adapter_factory`, or one that declares no
+       parameter at all (``def make(): ...``) — is called with no arguments and its result
+       goes through these rules again;
+    5. any other callable is an attention callable ``fn(q, k, v, G, *, causal,
+       key_padding_mask, scale)`` — whatever its signature, ``(*args, **kwargs)`` included.
+
+    Anything else raises :class:`~plga.errors.ImplementationLoadError`.
     """
-    if isinstance(obj, Adapter) or (hasattr(obj, "capabilities") and hasattr(obj, "dtypes") and not inspect.isclass(obj)):
+    if isinstance(obj, Adapter):
         return obj
     if inspect.isclass(obj) and issubclass(obj, Adapter):
         return obj()
-    if callable(obj):
-        params = _kwargs_of(obj)
-        if {"causal", "key_padding_mask", "scale"} <= params or len(params) >= 4:
-            return CallableAdapter(obj, name)
-        produced = obj()  # a factory
-        return as_adapter(produced, name)
-    raise TypeError(f"cannot use {obj!r} as a PLGA implementation: need an Adapter or an attention callable")
+    if not inspect.isclass(obj) and hasattr(obj, "capabilities") and hasattr(obj, "dtypes"):
+        return DuckAdapter(obj)
+    if callable(obj) and not inspect.isclass(obj):
+        if _is_factory(obj):
+            produced = obj()
+            if produced is obj or _is_factory(produced):
+                raise ImplementationLoadError(f"the factory {obj!r} returned {produced!r}, not an adapter or attention callable")
+            return as_adapter(produced, name)
+        return CallableAdapter(obj, name)
+    raise ImplementationLoadError(f"cannot use {obj!r} as a PLGA implementation: need an Adapter (instance or subclass), "
+                                  "a factory, or an attention callable")
+
+
+def _import_module(spec: str, module_name: str) -> Any:
+    """Import ``module_name``; when it is not found on sys.path but lies in the working folder
+    (``plga`` run as a console script does not put the folder on the path), import it from
+    there — that module only, searched after everything else."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        top = module_name.split(".")[0]
+        cwd = os.getcwd()
+        here = os.path.exists(os.path.join(cwd, top + ".py")) or os.path.isdir(os.path.join(cwd, top))
+        if exc.name != top or not here or cwd in sys.path:
+            raise ImplementationLoadError(f"--impl {spec!r}: cannot import module {module_name!r}: {exc} "
+                                          "(is it importable? set PYTHONPATH to its folder)") from None
+        sys.path.append(cwd)
+        return _import_module(spec, module_name)
+    except Exception as exc:  # the module raised while importing
+        raise ImplementationLoadError(f"--impl {spec!r}: importing {module_name!r} failed: "
+                                      f"{type(exc).__name__}: {exc}") from None
 
 
 def _import_object(spec: str) -> Any:
     module_name, _, attr = spec.partition(":")
-    try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ValueError(f"PLGA_IMPL={spec!r}: cannot import module {module_name!r}: {exc}") from exc
+    if not module_name:
+        raise ImplementationLoadError(f"--impl {spec!r}: give it as package.module:object")
+    module = _import_module(spec, module_name)
     if not attr:
         for candidate in ("plga_adapter", "adapter", "plga_attention"):
             if hasattr(module, candidate):
                 attr = candidate
                 break
         else:
-            raise ValueError(f"PLGA_IMPL={spec!r}: give the object as {module_name}:NAME (no plga_adapter/adapter/plga_attention found)")
+            raise ImplementationLoadError(f"--impl {spec!r}: give the object as {module_name}:NAME "
+                                          "(no plga_adapter/adapter/plga_attention found)")
     obj: Any = module
     for part in attr.split("."):
         try:
             obj = getattr(obj, part)
         except AttributeError:
-            raise ValueError(f"PLGA_IMPL={spec!r}: {module_name} has no attribute {attr!r}") from None
+            raise ImplementationLoadError(f"--impl {spec!r}: {module_name} has no attribute {attr!r}") from None
     return obj
 
 
 def resolve_impl(spec: str | None = None) -> Adapter:
-    """The adapter named by ``spec``, else ``$PLGA_IMPL``, else the project's kernels."""
+    """The adapter named by ``spec``, else ``$PLGA_IMPL``, else the project's kernels.
+
+    Raises :class:`~plga.errors.ImplementationLoadError` when the module cannot be imported,
+    the object does not exist, or it cannot be made an adapter (its constructor raised).
+    """
     spec = spec or os.environ.get("PLGA_IMPL") or DEFAULT_IMPL
     target = ALIASES.get(spec, spec)
-    adapter = as_adapter(_import_object(target))
+    obj = _import_object(target)
+    try:
+        adapter = as_adapter(obj)
+    except ImplementationLoadError:
+        raise
+    except Exception as exc:
+        raise ImplementationLoadError(f"--impl {spec!r}: building the adapter failed: {type(exc).__name__}: {exc}") from None
     try:
         adapter.spec = spec if spec == target else f"{spec} → {target}"
     except AttributeError:  # frozen duck-typed adapters
@@ -253,7 +345,7 @@ def available_dtypes(adapter: Adapter, wanted: Iterable[str] = DTYPES) -> list[s
 
 
 __all__ = [
-    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "ForwardOutput",
-    "GenerateOutput", "NotProvided", "SkipCheck", "as_adapter", "available_dtypes", "plga_environment",
-    "resolve_impl",
+    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "DuckAdapter", "ForwardOutput",
+    "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "available_dtypes",
+    "plga_environment", "resolve_impl",
 ]

@@ -5,7 +5,9 @@
 * :func:`kernels_eager` — the same package with ``backend="eager"``.
 * :func:`reference` — the float64 NumPy reference wrapped as an implementation (rounds its
   float64 result to the input dtype): the "always passes" sanity implementation.
-* :func:`eager` — :mod:`plga.conformance.eager` in the natural operation order.
+* :class:`EagerAdapter` — :mod:`plga.conformance.eager`, the suite's baseline, as an adapter:
+  the base of negative controls that change one stage; never judged itself (it would be
+  compared with itself).
 
 The device comes from ``$PLGA_DEVICE`` (default ``cpu``); CUDA is never queried at import.
 """
@@ -21,7 +23,7 @@ import numpy as np
 
 from . import eager as eg
 from . import oracle
-from .adapter import Adapter, ForwardOutput, GenerateOutput, NotProvided
+from .adapter import Adapter, ForwardOutput, GenerateOutput, NotProvided, adapter_factory
 
 _CACHE_CAPS = frozenset({"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"})
 
@@ -246,22 +248,21 @@ def _generate_output(out: Any) -> GenerateOutput:
     return GenerateOutput(tokens, steps)
 
 
+@adapter_factory
 def kernels() -> Adapter:
     """The default implementation under test: :mod:`plga.kernels` with its default backend."""
     return KernelsAdapter()
 
 
+@adapter_factory
 def kernels_eager() -> Adapter:
     """:mod:`plga.kernels` with ``backend="eager"`` (scores materialized)."""
     return KernelsAdapter(backend="eager")
 
 
+@adapter_factory
 def reference() -> Adapter:
     return ReferenceAdapter()
 
 
-def eager() -> Adapter:
-    return EagerAdapter()
-
-
-__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "eager", "kernels", "kernels_eager", "reference"]
+__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_eager", "reference"]

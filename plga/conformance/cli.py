@@ -1,114 +1,156 @@
-"""``plga conformance``: run the shipped suite through pytest, or write vectors.
+"""``plga conformance``: run the suite on an implementation, print the verdict, then the numbers.
 
-The lead's ``plga`` console script wires :func:`add_conformance_arguments` into its
-``conformance`` subcommand and calls :func:`conformance_main` (or :func:`run_from_args` with
-the parsed namespace). The exit code is pytest's (0 all passed, 1 failures, 5 nothing
-collected, …); ``--write-vectors`` returns 0 after writing.
+The suite runs in-process through :func:`plga.conformance.check_kernel`, not through pytest:
+nothing of the working folder takes part (no ``conftest.py``, no ``pytest.ini`` /
+``pyproject`` options, no plugins of the environment, no ``.hypothesis/`` example database).
+The only thing imported is the module ``--impl`` names.
+
+Exit status: **0** the implementation conforms (checks ran, none failed); **1** it does not
+conform, or nothing was verified (every check skipped); **2** a usage error — a bad option, or
+an ``--impl`` that cannot be imported or is not an implementation (one line on stderr).
+``--write-vectors`` returns 0 after writing; ``--self-test`` returns 0 when every negative
+control is caught and no correct control is rejected.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
-import os
+import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-SUITE = "plga.conformance.suite"
+from ..errors import UsageError
 
 
 def add_conformance_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``plga conformance`` options to ``parser`` (a subcommand parser)."""
+    from .checks import GROUPS
+    from .profiles import CHECK_TIMEOUT, DEFAULT_SEED
+
     parser.add_argument("--impl", default=None, metavar="MODULE:OBJECT",
-                        help="implementation under test: an Adapter, Adapter class, factory or attention callable "
-                             "(default: $PLGA_IMPL, else the project's plga.kernels; aliases: default, kernels, "
-                             "kernels-eager, reference, eager)")
+                        help="implementation under test: an Adapter (instance or subclass), a factory, or an attention "
+                             "callable (default: $PLGA_IMPL, else the project's plga.kernels; aliases: default, kernels, "
+                             "kernels-eager, reference); the module must be importable (PYTHONPATH)")
     parser.add_argument("--profile", default=None, choices=["quick", "ci", "thorough"],
-                        help="Hypothesis budget (default: $PLGA_PROFILE, ci when $CI is set, else quick)")
+                        help="example budget (default: $PLGA_PROFILE, ci when $CI is set, else quick)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help=f"seed of the drawn cases (default {DEFAULT_SEED}; the same seed gives the same verdict)")
     parser.add_argument("-k", dest="keyword", default=None, metavar="EXPR",
-                        help="pytest -k expression, e.g. 'attention_causal and float32'")
-    parser.add_argument("--group", action="append", choices=["attention", "structure", "chain", "decoder", "cache"],
-                        help="run only these check groups (repeatable)")
-    parser.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failure")
-    parser.add_argument("-n", "--numprocesses", default=None, metavar="N", help="pytest-xdist workers (at most 2 in CI)")
+                        help="select checks with pytest's -k grammar over their ids, e.g. 'attention_causal and float32'")
+    parser.add_argument("--group", action="append", choices=list(GROUPS), help="run only these check groups (repeatable)")
+    parser.add_argument("-x", "--exitfirst", action="store_true", help="stop at the first failing check")
+    parser.add_argument("--no-shrink", action="store_true",
+                        help="report the first failing case without shrinking it (faster failures)")
+    parser.add_argument("--check-timeout", type=float, default=None, metavar="SECONDS",
+                        help="time limit of one check; a check past it fails (default: "
+                             + ", ".join(f"{p} {s:g}" for p, s in CHECK_TIMEOUT.items()) + "; 0 disables)")
+    parser.add_argument("--json", action="store_true", help="print the report (verdict, coverage, results) as JSON")
     parser.add_argument("--xfails-file", default=None, metavar="PATH",
-                        help="test-id substrings expected to fail, one per line with '# reason'")
+                        help="checks expected to fail: one id substring per line with '# reason'")
+    parser.add_argument("--self-test", action="store_true",
+                        help="run the suite on its own negative and positive controls and print caught/total")
     parser.add_argument("--write-vectors", default=None, metavar="DIR",
                         help="write the named vector cases (safetensors + JSON) to DIR and exit")
     parser.add_argument("--vector-seed", type=int, default=0, help="seed of the vector cases (default 0)")
-    parser.add_argument("pytest_args", nargs=argparse.REMAINDER,
-                        help="further pytest arguments after '--'")
     return parser
 
 
-def _plugin_installed() -> bool:
-    from importlib.metadata import entry_points
+def read_xfails(path: str) -> list[tuple[str, str]]:
+    """``id-substring  # reason`` lines (blank lines and ``#`` comments skipped); a reason is required."""
+    out = []
+    try:
+        with open(path, encoding="utf-8") as fh:
+            lines = fh.readlines()
+    except OSError as exc:
+        raise UsageError(f"--xfails-file {path}: {exc.strerror or exc}") from None
+    for n, raw in enumerate(lines, 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        ident, sep, reason = line.partition("#")
+        if not sep or not reason.strip():
+            raise UsageError(f"{path}:{n}: every expected failure needs a reason after '#': {line!r}")
+        out.append((ident.strip(), reason.strip()))
+    return out
 
-    return any(e.value == "plga.conformance.pytest_plugin" for e in entry_points(group="pytest11"))
+
+def _expected_failures(path: str | None) -> dict[str, str]:
+    """Expand the xfails file's substrings to the check ids they match (pytest-style ids too)."""
+    if not path:
+        return {}
+    from .checks import CHECKS, check_ids
+
+    out = {}
+    for ident, reason in read_xfails(path):
+        for name, dtype in check_ids():
+            if ident in f"{name}[{dtype}]" or ident in f"test_{CHECKS[name].group}[{name}-{dtype}]":
+                out[f"{name}[{dtype}]"] = reason
+    return out
 
 
-def pytest_args(args: argparse.Namespace) -> list[str]:
-    """The pytest command line for ``args`` (without the program name)."""
-    out = ["--pyargs", SUITE, "-p", "no:cacheprovider", "-ra"]
-    if not _plugin_installed():
-        out += ["-p", "plga.conformance.pytest_plugin"]
-    if args.impl:
-        out += ["--plga-impl", args.impl]
-    if args.profile:
-        out += ["--plga-profile", args.profile]
-    if args.xfails_file:
-        out += ["--plga-xfails-file", args.xfails_file]
-    keyword = args.keyword
-    if args.group:
-        groups = " or ".join(f"test_{g}" for g in args.group)
-        keyword = f"({groups})" + (f" and ({keyword})" if keyword else "")
-    if keyword:
-        out += ["-k", keyword]
-    if args.exitfirst:
-        out.append("-x")
-    if args.numprocesses:
-        out += ["-n", str(args.numprocesses)]
-    extra = list(args.pytest_args or [])
-    if extra and extra[0] == "--":
-        extra = extra[1:]
-    return out + extra
+def _progress(show: bool) -> Any:
+    if not show:
+        return None
+
+    def report(result: Any) -> None:
+        if sys.stderr.isatty():
+            sys.stderr.write(f"\r  {result.status:8s} {result.id:<40}")
+            sys.stderr.flush()
+
+    return report
 
 
 def run_from_args(args: argparse.Namespace) -> int:
-    """Run ``plga conformance`` for an already parsed namespace; returns the exit code."""
+    """Run ``plga conformance`` for an already parsed namespace; returns the exit status."""
     if args.write_vectors:
         from .vectors import write_vectors
 
         paths = write_vectors(args.write_vectors, seed=args.vector_seed)
         print(f"wrote {len(paths)} files to {args.write_vectors} (index.json lists the cases)")
         return 0
-    if args.impl:
-        os.environ["PLGA_IMPL"] = args.impl
-    if args.profile:
-        os.environ["PLGA_PROFILE"] = args.profile
-    import pytest
+    if args.check_timeout is not None and args.check_timeout < 0:
+        raise UsageError(f"--check-timeout must be ≥ 0 seconds, got {args.check_timeout:g}")
+    if args.self_test:
+        from .selftest import run_self_test
 
-    err = io.StringIO()
-    with contextlib.redirect_stderr(err):
-        code = int(pytest.main(pytest_args(args)))
-    text = err.getvalue()
-    if code == pytest.ExitCode.USAGE_ERROR:
-        # pytest's usage error spans several lines; the CLI contract is one line
-        lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-        reason = next((ln for ln in lines if "error:" in ln and not ln.startswith("ERROR: usage")), lines[-1] if lines else "")
-        sys.stderr.write(f"plga conformance: error: {reason.split('error:', 1)[-1].strip()}\n")
+        return run_self_test(profile=args.profile or "quick", seed=args.seed, check_timeout=args.check_timeout,
+                             as_json=args.json, keyword=args.keyword)
+    from .adapter import plga_environment, resolve_impl
+    from .runner import check_kernel
+
+    adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
+    import os
+
+    quiet = bool(os.environ.get("PLGA_NO_PROGRESS")) or args.json
+    report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
+                          expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
+                          seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
+                          progress=_progress(not quiet))
+    if not quiet and sys.stderr.isatty():
+        sys.stderr.write("\r" + " " * 60 + "\r")
+    if not report.results:
+        raise UsageError("no check matches the selection (-k / --group)")
+    if args.json:
+        print(json.dumps({**report.to_json(), "environment": plga_environment()}, indent=2, ensure_ascii=False))
     else:
-        sys.stderr.write(text)
-    return code
+        print(report.summary())
+    return report.exit_code
 
 
 def conformance_main(argv: Sequence[str] | None = None) -> int:
-    """``plga conformance [options]`` → pytest's exit code."""
-    parser = argparse.ArgumentParser(prog="plga conformance",
-                                     description="Run the PLGA conformance suite against an implementation.")
+    """``plga conformance [options]`` → exit status (usage errors: one line, 2)."""
+    from ..cli import _Parser
+    from ..errors import PlgaError
+
+    parser = _Parser(prog="plga conformance", description="Run the PLGA conformance suite against an implementation.")
     add_conformance_arguments(parser)
-    return run_from_args(parser.parse_args(list(sys.argv[1:] if argv is None else argv)))
+    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
+    try:
+        return run_from_args(args)
+    except PlgaError as exc:
+        print(f"plga conformance: error: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 2
 
 
-__all__ = ["SUITE", "add_conformance_arguments", "conformance_main", "pytest_args", "run_from_args"]
+__all__ = ["add_conformance_arguments", "conformance_main", "read_xfails", "run_from_args"]

@@ -14,8 +14,9 @@ The policy takes the larger of the two errors as the baseline.
 
 The module also holds :class:`EagerDecoder`, a complete PLDR-LLM v510 decoder with the three
 caches, written against the reference decoder (:mod:`plga.reference.decoder`) line by line.
-It is the baseline of decoder-level checks, the "eager" sanity implementation, and the base
-the negative controls of :mod:`plga.conformance.broken` subclass.
+It is the baseline of decoder-level checks (never an implementation under test: it would be
+compared with itself) and the base the negative controls of :mod:`plga.conformance.broken`
+and :mod:`plga.conformance.controls` subclass.
 """
 
 from __future__ import annotations
@@ -386,9 +387,12 @@ class EagerDecoder:
             caches.append(cache)
         return self.linear(h, "final_layer"), deds, caches
 
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        """Positions of ``n`` new tokens after ``offset`` cached ones (absolute, padding included)."""
+        return torch.arange(offset, offset + n, device=self.device)
+
     def step(self, tokens: Tensor, caches: list[LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> tuple[Tensor, list[LayerCache]]:
-        offset = caches[0].k.shape[2]
-        positions = torch.arange(offset, offset + tokens.shape[1], device=self.device)
+        positions = self.step_positions(caches[0].k.shape[2], tokens.shape[1])
         h = self.embed(tokens)
         new = []
         for i in range(self.config.num_layers):

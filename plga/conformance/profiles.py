@@ -1,8 +1,15 @@
 """Hypothesis profiles of the suite: ``quick`` (the main job), ``ci`` and ``thorough``.
 
 Registered under Hypothesis as ``plga-quick``, ``plga-ci`` (derived from Hypothesis's built-in
-``ci``: derandomized, no database, blobs printed) and ``plga-thorough``; all with
-``deadline=None`` (mpmath ground truth and CUDA warm-up have no meaningful per-example time).
+``ci``) and ``plga-thorough``; all with ``deadline=None`` (mpmath ground truth and CUDA warm-up
+have no meaningful per-example time), no example database (nothing is written to the working
+folder) and blobs printed. Every profile is **seeded**: each check's Hypothesis seed is a
+function of the run's seed (:data:`DEFAULT_SEED` unless ``--seed N``) and the check id, so the
+same seed draws the same cases and gives the same verdict; a different seed draws new ones.
+Every profile also runs every check's explicit boundary cases first (:mod:`.strategies`).
+
+:data:`CHECK_TIMEOUT` is the time limit of one check (foreign code that never returns is a
+failure of that check, not a hung run).
 Selection: an explicit name, else ``$PLGA_PROFILE``, else ``ci`` when ``$CI`` is set, else
 ``quick``. The suite applies the profile to its own properties only, so it never changes the
 global Hypothesis settings of a host test session.
@@ -17,7 +24,15 @@ import os
 
 from hypothesis import HealthCheck, Phase, settings
 
-PROFILES: dict[str, int] = {"quick": 8, "ci": 25, "thorough": 400}
+from ..errors import InputError
+
+PROFILES: dict[str, int] = {"quick": 6, "ci": 25, "thorough": 400}
+
+#: The seed of a run without ``--seed``.
+DEFAULT_SEED = 20260
+
+#: Seconds one check may run (``--check-timeout`` overrides; 0 disables).
+CHECK_TIMEOUT: dict[str, float] = {"quick": 60.0, "ci": 300.0, "thorough": 3600.0}
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
              HealthCheck.function_scoped_fixture]
@@ -31,7 +46,7 @@ def register_profiles() -> None:
     )
     settings.register_profile(
         "plga-ci", parent=settings.get_profile("ci"), max_examples=PROFILES["ci"], deadline=None, print_blob=True,
-        derandomize=True, database=None, suppress_health_check=_SUPPRESS,
+        derandomize=False, database=None, suppress_health_check=_SUPPRESS,
     )
     settings.register_profile(
         "plga-thorough", parent=settings.get_profile("plga-ci"), max_examples=PROFILES["thorough"],
@@ -44,7 +59,7 @@ register_profiles()
 def selected(name: str | None = None) -> str:
     name = name or os.environ.get("PLGA_PROFILE") or ("ci" if os.environ.get("CI") else "quick")
     if name not in PROFILES:
-        raise ValueError(f"unknown conformance profile {name!r}; known: {', '.join(PROFILES)}")
+        raise InputError(f"unknown conformance profile {name!r}; known: {', '.join(PROFILES)}")
     return name
 
 
@@ -56,4 +71,4 @@ def hypothesis_settings(name: str, factor: float = 1.0, *, shrink: bool = True) 
     return settings(base, max_examples=n, phases=phases)
 
 
-__all__ = ["PROFILES", "hypothesis_settings", "register_profiles", "selected"]
+__all__ = ["CHECK_TIMEOUT", "DEFAULT_SEED", "PROFILES", "hypothesis_settings", "register_profiles", "selected"]

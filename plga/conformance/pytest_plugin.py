@@ -22,7 +22,7 @@ def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("plga", "PLGA conformance suite")
     group.addoption("--plga-impl", default=None, metavar="MODULE:OBJECT",
                     help="implementation under test (default: $PLGA_IMPL, else the project's plga.kernels); "
-                         "aliases: default, kernels, kernels-eager, reference, eager")
+                         "aliases: default, kernels, kernels-eager, reference")
     group.addoption("--plga-profile", default=None, choices=["quick", "ci", "thorough"],
                     help="Hypothesis budget of the conformance checks (default: $PLGA_PROFILE, ci when $CI is set, else quick)")
     group.addoption("--plga-xfails-file", default=None, metavar="PATH",
@@ -64,17 +64,13 @@ def pytest_report_header(config: Any) -> list[str] | None:
 
 
 def _read_xfails(path: str) -> list[tuple[str, str]]:
-    out = []
-    with open(path, encoding="utf-8") as fh:
-        for n, raw in enumerate(fh, 1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            ident, sep, reason = line.partition("#")
-            if not sep or not reason.strip():
-                raise pytest.UsageError(f"{path}:{n}: every expected failure needs a reason after '#': {line!r}")
-            out.append((ident.strip(), reason.strip()))
-    return out
+    from ..errors import UsageError
+    from .cli import read_xfails
+
+    try:
+        return read_xfails(path)
+    except UsageError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_collection_modifyitems(config: Any, items: list[Any]) -> None:

@@ -10,17 +10,19 @@ from __future__ import annotations
 import dataclasses
 import time
 import traceback
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
+from ..errors import ImplementationLoadError, InputError
 from . import profiles
 from .adapter import Adapter, SkipCheck, as_adapter, resolve_impl
-from .checks import CHECKS, GROUPS, check_ids, run_check
+from .checks import CHECKS, GROUPS, Context, check_ids, run_check
+from .guard import CheckTimeout, user_interrupted, watch_user_interrupt
 
 
 @dataclasses.dataclass
 class CheckResult:
-    """The outcome of one check at one dtype."""
+    """The outcome of one check at one dtype, with the regions its cases covered."""
 
     check: str
     dtype: str
@@ -28,10 +30,20 @@ class CheckResult:
     status: str  # passed | failed | skipped | xfailed | xpassed
     message: str = ""
     seconds: float = 0.0
+    cases: int = 0
+    coverage: dict[str, list[str]] = dataclasses.field(default_factory=dict)
 
     @property
     def id(self) -> str:
         return f"{self.check}[{self.dtype}]"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"id": self.id, "check": self.check, "dtype": self.dtype, "group": self.group, "status": self.status,
+                "seconds": round(self.seconds, 3), "cases": self.cases, "coverage": self.coverage, "message": self.message}
+
+
+#: Verdicts of a run and their exit status (docs/conformance.md).
+VERDICTS = {"PASS": 0, "FAIL": 1, "NOTHING VERIFIED": 1}
 
 
 @dataclasses.dataclass
@@ -42,11 +54,25 @@ class ConformanceReport:
     profile: str
     results: list[CheckResult]
     header: dict[str, str] = dataclasses.field(default_factory=dict)
+    seed: int = profiles.DEFAULT_SEED
+    seconds: float = 0.0
+
+    @property
+    def verdict(self) -> str:
+        """``PASS`` (checks ran, none failed), ``FAIL``, or ``NOTHING VERIFIED`` (no check ran:
+        every one skipped or expected to fail — not a pass)."""
+        if self.failures:
+            return "FAIL"
+        return "PASS" if any(r.status in ("passed", "xpassed") for r in self.results) else "NOTHING VERIFIED"
+
+    @property
+    def exit_code(self) -> int:
+        return VERDICTS[self.verdict]
 
     @property
     def passed(self) -> bool:
-        """True when nothing failed unexpectedly (xfailed and skipped are fine)."""
-        return not self.failures
+        """True when checks ran and nothing failed unexpectedly (xfailed and skipped are fine)."""
+        return self.verdict == "PASS"
 
     @property
     def failures(self) -> list[CheckResult]:
@@ -64,21 +90,65 @@ class ConformanceReport:
     def result(self, check: str, dtype: str | None = None) -> list[CheckResult]:
         return [r for r in self.results if r.check == check and (dtype is None or r.dtype == dtype)]
 
-    def summary(self) -> str:
-        lines = [f"PLGA conformance of {self.implementation} (profile {self.profile})"]
+    def coverage(self) -> dict[str, dict[str, list[str]]]:
+        """Group → axis → regions exercised by the checks that ran."""
+        out: dict[str, dict[str, set[str]]] = {}
+        for r in self.results:
+            for axis, regions in r.coverage.items():
+                out.setdefault(r.group, {}).setdefault(axis, set()).update(regions)
+        return {g: {a: sorted(v, key=_region_key) for a, v in axes.items()} for g, axes in out.items()}
+
+    def verdict_line(self) -> str:
+        c = self.counts()
+        ran = ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no checks"
+        what = {"PASS": "conforms", "FAIL": "does NOT conform",
+                "NOTHING VERIFIED": "nothing verified: no check ran (every check was skipped; declare capabilities)"}[self.verdict]
+        return (f"plga conformance: {self.verdict} — {self.implementation} {what} ({ran}; profile {self.profile}, "
+                f"seed {self.seed}, {self.seconds:.1f} s)")
+
+    def coverage_text(self) -> str:
+        lines = ["Coverage (regions exercised per check group; the cases that ran):"]
+        cov = self.coverage()
+        for group in GROUPS:
+            rs = [r for r in self.results if r.group == group]
+            if not rs:
+                continue
+            ran = [r for r in rs if r.status not in ("skipped",)]
+            lines.append(f"  {group}: {len(ran)}/{len(rs)} checks ran, {sum(r.cases for r in rs)} cases")
+            for axis, regions in cov.get(group, {}).items():
+                lines.append(f"    {axis:<16} {', '.join(regions)}")
+        return "\n".join(lines)
+
+    def summary(self, details: bool = True) -> str:
+        lines = [self.verdict_line()]
+        lines += [f"  {k}: {v}" for k, v in self.header.items()]
+        lines.append(self.coverage_text())
+        lines.append("Checks:")
         for r in self.results:
             reason = f" — {r.message.splitlines()[0]}" if r.message and r.status != "passed" else ""
-            lines.append(f"  {r.status.upper():8s} {r.id} ({r.seconds:.1f}s){reason}")
-        c = self.counts()
-        lines.append("  " + ", ".join(f"{v} {k}" for k, v in c.items() if v))
+            lines.append(f"  {r.status.upper():8s} {r.id} ({r.seconds:.1f}s, {r.cases} cases){reason}")
+        if details:
+            for r in self.failures:
+                lines += ["", f"--- {r.id} failed ---", r.message]
+        lines += ["", self.verdict_line()]
         return "\n".join(lines)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "exit_code": self.exit_code, "implementation": self.implementation,
+                "profile": self.profile, "seed": self.seed, "seconds": round(self.seconds, 3), "header": self.header,
+                "counts": self.counts(), "coverage": self.coverage(), "results": [r.to_json() for r in self.results]}
 
     def __str__(self) -> str:
         return self.summary()
 
 
+def _region_key(region: str) -> tuple[int, str]:
+    head = region.split("–")[0].split(" ")[0].rstrip("+")
+    return (int(head), region) if head.isdigit() else (10**9, region)
+
+
 def _select(adapter: Adapter, checks: Iterable[str] | None, groups: Iterable[str] | None,
-            dtypes: Iterable[str] | None = None) -> list[tuple[str, str]]:
+            dtypes: Iterable[str] | None = None, keyword: str | None = None) -> list[tuple[str, str]]:
     pairs = check_ids(adapter)
     if dtypes is not None:
         ds = set(dtypes)
@@ -90,9 +160,23 @@ def _select(adapter: Adapter, checks: Iterable[str] | None, groups: Iterable[str
         wanted = list(checks)
         unknown = [w for w in wanted if not any(w == c or w == f"{c}[{d}]" for c, d in pairs)]
         if unknown:
-            raise ValueError(f"unknown check ids {unknown}; known: {sorted(CHECKS)}")
+            raise InputError(f"unknown check ids {unknown}; known: {sorted(CHECKS)}")
         pairs = [(c, d) for c, d in pairs if c in wanted or f"{c}[{d}]" in wanted]
+    if keyword:
+        match = keyword_matcher(keyword)
+        pairs = [(c, d) for c, d in pairs if match(f"test_{CHECKS[c].group}[{c}-{d}] {c}[{d}]")]
     return pairs
+
+
+def keyword_matcher(expression: str) -> Callable[[str], bool]:
+    """pytest's ``-k`` grammar (``and``, ``or``, ``not``, parentheses; case-insensitive substrings)."""
+    from _pytest.mark.expression import Expression
+
+    try:
+        compiled = Expression.compile(expression)
+    except Exception as exc:  # pytest's ParseError
+        raise InputError(f"-k {expression!r}: {exc}") from None
+    return lambda ident: compiled.evaluate(lambda name, **_: name.lower() in ident.lower())
 
 
 def check_kernel(
@@ -103,46 +187,54 @@ def check_kernel(
     checks: Iterable[str] | None = None,
     groups: Iterable[str] | None = None,
     dtypes: Iterable[str] | None = None,
+    keyword: str | None = None,
     shrink: bool = True,
     reproduce: str | None = None,
+    seed: int | None = None,
+    check_timeout: float | None = None,
+    exitfirst: bool = False,
+    progress: Callable[[CheckResult], None] | None = None,
 ) -> ConformanceReport:
     """Run the conformance checks on ``fn`` and return a :class:`ConformanceReport` (never raises
-    for a failing check).
+    for a failing check; see :attr:`ConformanceReport.verdict`).
 
     ``fn``: an :class:`~plga.conformance.adapter.Adapter`, an attention callable
     ``fn(q, k, v, G, *, causal, key_padding_mask, scale)``, or a ``"module:object"`` string.
     ``expected_failures``: ``{check name or id: reason}``; such a check that fails is reported
     ``xfailed``, one that passes ``xpassed`` (sklearn's ``expected_failed_checks``).
     ``profile``: ``quick`` | ``ci`` | ``thorough`` (default: :func:`profiles.selected`).
-    ``checks`` / ``groups`` / ``dtypes`` restrict the run; ``shrink=False`` skips Hypothesis shrinking
-    (faster failures, larger counterexamples); ``reproduce`` replays a ``VERSION:BLOB``.
+    ``checks`` / ``groups`` / ``dtypes`` / ``keyword`` (pytest ``-k`` grammar over the ids)
+    restrict the run; ``shrink=False`` skips Hypothesis shrinking; ``reproduce`` replays a
+    ``VERSION:BLOB``; ``seed`` (default :data:`profiles.DEFAULT_SEED`) seeds every check;
+    ``check_timeout`` seconds per check (default :data:`profiles.CHECK_TIMEOUT`; 0: none);
+    ``exitfirst`` stops after the first failure; ``progress`` is called after each check.
     """
     import os
 
+    t_start = time.perf_counter()
     adapter = resolve_impl(fn) if isinstance(fn, str) else as_adapter(fn)
+    refuse_baseline(adapter)
     prof = profiles.selected(profile)
+    run_seed = profiles.DEFAULT_SEED if seed is None else int(seed)
     expected = dict(expected_failures or {})
     results = []
     old = os.environ.get("PLGA_REPRODUCE")
     if reproduce:
         os.environ["PLGA_REPRODUCE"] = reproduce
     try:
-        for name, dtype in _select(adapter, checks, groups, dtypes):
-            xfail_reason = expected.get(f"{name}[{dtype}]", expected.get(name))
-            t0 = time.perf_counter()
-            try:
-                run_check(adapter, name, dtype, profile=prof, shrink=shrink)
-                status, msg = ("xpassed", f"expected to fail ({xfail_reason}) but passed") if xfail_reason else ("passed", "")
-            except SkipCheck as exc:
-                status, msg = "skipped", str(exc)
-            except AssertionError as exc:
-                notes = "\n".join(getattr(exc, "__notes__", []))
-                status = "xfailed" if xfail_reason else "failed"
-                msg = f"{exc}\n{notes}".strip() + (f"\n(expected: {xfail_reason})" if xfail_reason else "")
-            except Exception as exc:  # an implementation crash is a failure of that check
-                status = "xfailed" if xfail_reason else "failed"
-                msg = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-3:])
-            results.append(CheckResult(name, dtype, CHECKS[name].group, status, msg, time.perf_counter() - t0))
+        with watch_user_interrupt():
+            for name, dtype in _select(adapter, checks, groups, dtypes, keyword):
+                def stuck(message: str) -> None:
+                    print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message} "
+                          f"(profile {prof}, seed {run_seed})")
+
+                result = _run_one(adapter, name, dtype, prof, shrink, run_seed, check_timeout,
+                                  expected.get(f"{name}[{dtype}]", expected.get(name)), stuck)
+                results.append(result)
+                if progress is not None:
+                    progress(result)
+                if exitfirst and result.status == "failed":
+                    break
     finally:
         if reproduce:
             if old is None:
@@ -154,7 +246,46 @@ def check_kernel(
         import warnings
 
         warnings.warn(f"expected_failures entries match no check: {unmatched}", stacklevel=2)
-    return ConformanceReport(adapter.name, prof, results, adapter.describe())
+    return ConformanceReport(adapter.name, prof, results, adapter.describe(), run_seed, time.perf_counter() - t_start)
+
+
+def refuse_baseline(adapter: Adapter) -> None:
+    """The suite's eager baseline cannot be the implementation under test: every check would
+    compare it with itself (its own error is the baseline error)."""
+    from .adapters import EagerAdapter
+
+    if type(adapter) is EagerAdapter:
+        raise ImplementationLoadError("plga.conformance.eager is the suite's own baseline: judged against itself it "
+                                      "would pass by construction; test an independent implementation")
+
+
+def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool, seed: int, timeout: float | None,
+             xfail_reason: str | None, on_stuck: Callable[[str], None]) -> CheckResult:
+    """One check; every way foreign code can leave it (exception, exit, timeout) is its result."""
+    import os
+
+    ctx = Context(adapter, dtype, profile, f"{name}[{dtype}]", shrink, os.environ.get("PLGA_REPRODUCE"), seed)
+    t0 = time.perf_counter()
+    try:
+        run_check(adapter, name, dtype, profile=profile, shrink=shrink, seed=seed, timeout=timeout, context=ctx,
+                  on_stuck=on_stuck)
+        status, msg = ("xpassed", f"expected to fail ({xfail_reason}) but passed") if xfail_reason else ("passed", "")
+    except SkipCheck as exc:
+        status, msg = "skipped", str(exc)
+    except CheckTimeout as exc:
+        status, msg = "failed", f"timed out: {exc} — the implementation did not return"
+    except AssertionError as exc:
+        notes = "\n".join(getattr(exc, "__notes__", []))
+        status, msg = "failed", f"{exc}\n{notes}".strip()
+    except BaseException as exc: # an implementation's crash or exit is a failure of the check
+        if isinstance(exc, KeyboardInterrupt) and user_interrupted():
+            raise
+        status = "failed"
+        msg = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-3:])
+    if status == "failed" and xfail_reason:
+        status, msg = "xfailed", msg + f"\n(expected: {xfail_reason})"
+    return CheckResult(name, dtype, CHECKS[name].group, status, msg, time.perf_counter() - t0, ctx.cases,
+                       {a: sorted(v, key=_region_key) for a, v in ctx.coverage.items()})
 
 
 def parametrize_with_checks(impls: Sequence[Any], *, expected_failures: Mapping[str, str] | None = None,
@@ -206,34 +337,38 @@ class _CheckCallable:
         return f"{self.name}[{self.dtype}]"
 
 
-def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[str] | None = None) -> list[dict[str, Any]]:
-    """Run the quick profile in-process; one row per check group, for ``plga verify``.
+def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[str] | None = None,
+                  seed: int | None = None, check_timeout: float | None = None) -> list[dict[str, Any]]:
+    """Run a profile in-process; one row per check group, for ``plga verify``.
 
     Row keys: ``suite``, ``group``, ``implementation``, ``passed``, ``failed``, ``skipped``,
-    ``seconds``, ``ok`` (no failures), ``failures`` (ids). ``impl`` defaults to the switch
-    (``$PLGA_IMPL``, else the project's kernels).
+    ``seconds``, ``ok`` (checks ran and none failed), ``failures`` (ids). ``impl`` defaults to
+    the switch (``$PLGA_IMPL``, else the project's kernels).
     """
-    report = check_kernel(impl if impl is not None else resolve_impl(), profile=profile, groups=groups, shrink=False)
+    report = check_kernel(impl if impl is not None else resolve_impl(), profile=profile, groups=groups, shrink=False,
+                          seed=seed, check_timeout=check_timeout)
     rows = []
     for group in GROUPS:
         rs = [r for r in report.results if r.group == group]
         if not rs:
             continue
+
         def count(status: str, rs: list[CheckResult] = rs) -> int:
             return sum(r.status == status for r in rs)
 
         rows.append({
-            "suite": "kernel conformance (quick)" if profile == "quick" else f"kernel conformance ({profile})",
+            "suite": f"kernel conformance ({profile}, seed {report.seed})",
             "group": group,
             "implementation": report.implementation,
-            "passed": count("passed") + count("xfailed"),
+            "passed": count("passed") + count("xpassed"),
             "failed": count("failed"),
-            "skipped": count("skipped"),
+            "skipped": count("skipped") + count("xfailed"),
             "seconds": round(sum(r.seconds for r in rs), 2),
-            "ok": count("failed") == 0,
+            "ok": count("failed") == 0 and count("passed") + count("xpassed") > 0,
             "failures": [r.id for r in rs if r.status == "failed"],
         })
     return rows
 
 
-__all__ = ["CheckResult", "ConformanceReport", "check_kernel", "parametrize_with_checks", "quick_summary"]
+__all__ = ["VERDICTS", "CheckResult", "ConformanceReport", "check_kernel", "keyword_matcher", "parametrize_with_checks",
+           "quick_summary"]

@@ -1,4 +1,17 @@
-"""Hypothesis strategies of the suite: shapes, G families, masks and seeded tensors.
+"""The suite's inputs by region: explicit boundary cases, then Hypothesis draws.
+
+**Regions.** Every check first runs its *boundary cases* — a fixed list, the same in every
+profile, that visits every region of every input axis at least once: lengths 1, small odd
+sizes (3, 5, 7, 13, 17, 33, 65) and sizes past 16/32/64/128 (keys 129–300, so key-block tiling
+of 64 or 128 leaves a tail), head dims 2 … 128 (48, 80, 96, 128), value widths ≠ d, heads
+1 … 14 (the paper's 14 heads of 64), S < T, S = T, S = 1, S > T (unmasked), every scale region
+(None, given, tiny, large), every padding pattern (none, right, left, scattered holes, fully
+padded batch rows), every G family (identity, random, sentinel, ill-conditioned, rank one,
+the trained G_LM, batched [B,H,d,d]), five decoder configurations (1–3 layers and heads, both
+RoPE styles, 1–3 residual units and SwiGLU blocks) and generation with 0, 1 and several new
+tokens at batch 3 with padding. Then the profile's Hypothesis budget draws small random cases
+around them. Each case reports its regions (:meth:`AttentionCase.regions`, …) for the
+coverage report.
 
 Shapes, flags and families are drawn with labels, so a failure prints e.g. ``Draw 3 (G family):
 'sentinel'``. Tensor *values* come from a drawn 32-bit seed through NumPy's PCG64 (bounded
@@ -31,7 +44,7 @@ G_FAMILIES = ("none", "identity", "random", "rank_one", "ill_conditioned", "sent
 MAX_ABS_SCORE = 1e3
 
 #: Awkward lengths (seq 1, primes, non-multiples of tile sizes) kept in every draw's range.
-AWKWARD_LENGTHS = (1, 2, 3, 5, 7, 11, 13)
+AWKWARD_LENGTHS = (1, 2, 3, 5, 7, 11, 13, 17)
 
 
 def sentinel_g(h: int, d: int) -> np.ndarray:
@@ -84,9 +97,23 @@ def available_families() -> tuple[str, ...]:
     return G_FAMILIES if oracle.trained_g_lm() is not None else tuple(f for f in G_FAMILIES if f != "trained")
 
 
+def size_region(n: int) -> str:
+    """The region of a length or width that tiled kernels special-case."""
+    for hi, name in ((1, "1"), (16, "2–16"), (64, "17–64"), (128, "65–128")):
+        if n <= hi:
+            return name
+    return "129+"
+
+
+def scale_region(scale: float | None) -> str:
+    if scale is None:
+        return "None (1/√d)"
+    return "tiny (<0.01)" if scale < 0.01 else "large (>1)" if scale > 1 else "given (0.01–1)"
+
+
 @dataclasses.dataclass
 class AttentionCase:
-    """One drawn attention problem (float64 values; :meth:`tensors` rounds them to a dtype)."""
+    """One attention problem (float64 values; :meth:`tensors` rounds them to a dtype)."""
 
     b: int
     h: int
@@ -97,9 +124,10 @@ class AttentionCase:
     family: str
     g_batched: bool
     causal: bool
-    padding: str  # none | right | left | random
+    padding: str  # one of PADDINGS
     scale: float | None
     seed: int
+    label: str = "drawn"  # "boundary #i" for the explicit cases
     q: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]
     k: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]
     v: np.ndarray = dataclasses.field(repr=False, default=None)  # type: ignore[assignment]
@@ -115,6 +143,11 @@ class AttentionCase:
         self.g = make_g(self.family, lead, self.d, rng)
         self.pad = padding_mask(self.padding, self.b, self.t, rng, keep_first=self.causal)
 
+    @property
+    def small(self) -> bool:
+        """Small enough for an mpmath ground truth (float64 kernels); larger cases use float64."""
+        return self.b * self.h * self.s * (self.t * (self.d + self.dv) + self.d * self.d) <= 6000
+
     def tensors(self, dtype: str, device: str = "cpu") -> dict[str, Any]:
         """q, k, v, G (or None), key_padding_mask (or None) as torch tensors in ``dtype``."""
         import torch
@@ -126,24 +159,35 @@ class AttentionCase:
             "key_padding_mask": None if self.pad is None else torch.from_numpy(self.pad).to(device),
         }
 
-    def kwargs(self) -> dict[str, Any]:
-        return {"causal": self.causal, "scale": self.scale}
+    def regions(self) -> dict[str, str]:
+        """Axis → region of this case (the coverage report's rows)."""
+        rel = "S=1" if self.s == 1 else "S<T" if self.s < self.t else "S=T" if self.s == self.t else "S>T"
+        g = self.family + (" [B,H,d,d]" if self.g_batched else "")
+        mask = ("causal + " if self.causal else "") + self.padding
+        return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
+                "T (keys)": size_region(self.t), "S vs T": rel, "d": size_region(self.d),
+                "dv": "dv=d" if self.dv == self.d else "dv≠d", "scale": scale_region(self.scale), "mask": mask, "G": g}
 
     def describe(self) -> str:
         g = "None" if self.g is None else f"{self.family} {'[B,H,d,d]' if self.g_batched else '[H,d,d]'}"
-        return (f"case: B={self.b} H={self.h} S={self.s} T={self.t} d={self.d} dv={self.dv} G={g} causal={self.causal} "
-                f"padding={self.padding} scale={self.scale} seed={self.seed}")
+        return (f"case ({self.label}): B={self.b} H={self.h} S={self.s} T={self.t} d={self.d} dv={self.dv} G={g} "
+                f"causal={self.causal} padding={self.padding} scale={self.scale} seed={self.seed}")
+
+
+#: Key padding patterns: none, right, left, scattered holes, and whole batch rows padded
+#: (every query row of that batch element has no key: the ideal masked softmax gives zeros).
+PADDINGS = ("none", "right", "left", "random", "full_rows")
 
 
 def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first: bool) -> np.ndarray | None:
-    """[B, T] bool, True = padding. Every row keeps at least one key; ``keep_first`` keeps key 0
-    (so a causal row is never empty: empty rows are outside the ideal-mask contract)."""
+    """[B, T] bool, True = padding. Except for ``full_rows`` (the last batch row entirely padded,
+    or the only one when B = 1), every row keeps at least one key; ``keep_first`` keeps key 0."""
     if kind == "none":
         return None
     pad = np.zeros((b, t), dtype=bool)
     for i in range(b):
-        n = int(rng.integers(0, t))  # 0 … T−1 padded keys
-        if kind == "right":
+        n = int(rng.integers(1, t)) if t > 1 else 0  # 1 … T−1 padded keys
+        if kind in ("right", "full_rows"):
             pad[i, t - n :] = n > 0
         elif kind == "left":
             pad[i, :n] = True
@@ -153,35 +197,82 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
             pad[i, 0] = False
         if pad[i].all():
             pad[i, rng.integers(0, t)] = False
+    if kind == "full_rows":
+        pad[-1] = True
     return pad
+
+
+#: Shapes of the explicit boundary cases every profile runs first (B, H, S, T, d, dv, G family,
+#: G batched, scale): one length 1, small odd sizes, key tails past 64/128-wide key blocks,
+#: head dims 48/80/96/128, value widths ≠ d with tails past 16/32/64-wide tiles, head counts
+#: 5/7/13 past head chunks, the paper's 14 heads of 64, batched G, every scale region.
+BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
+    (1, 1, 1, 1, 2, 1, "none", False, None),
+    (2, 3, 5, 7, 4, 3, "random", True, 0.3),
+    (1, 14, 3, 13, 64, 64, "trained", False, None),
+    (1, 2, 4, 300, 48, 80, "random", False, None),
+    (2, 5, 17, 129, 96, 33, "ill_conditioned", True, 0.05),
+    (3, 7, 65, 65, 16, 17, "rank_one", False, 1e-3),
+    (1, 2, 33, 200, 128, 128, "identity", False, 0.08),
+    (2, 13, 1, 257, 8, 65, "sentinel", False, None),
+    (1, 3, 9, 5, 6, 7, "random", False, 2.0),
+)
+
+
+def boundary_attention_cases(*, causal: bool | None, paddings: tuple[str, ...], families: tuple[str, ...] | None = None,
+                             seed: int = 0, max_dims: int | None = None, min_heads: int = 1) -> list[AttentionCase]:
+    """The explicit cases of one check: :data:`BOUNDARY_SHAPES` with the check's flags.
+
+    ``causal=None`` alternates causal and not; paddings cycle through ``paddings``; a family
+    outside ``families`` is replaced by the first allowed one (cycling); causal cases clip S to
+    T (queries are the last S positions). ``max_dims`` drops shapes with larger d.
+    """
+    fams = [f for f in (families or available_families()) if f != "trained" or oracle.trained_g_lm() is not None]
+    out = []
+    for i, (b, h, s, t, d, dv, fam, batched, scale) in enumerate(BOUNDARY_SHAPES):
+        if max_dims is not None and d > max_dims:
+            continue
+        h = max(h, min_heads)
+        is_causal = (i % 2 == 1) if causal is None else causal
+        if is_causal:
+            s = min(s, t)
+        if fam not in fams or (fam == "trained" and d > 64):
+            fam = fams[i % len(fams)]
+            if fam == "trained" and d > 64:
+                fam = next((f for f in fams if f != "trained"), "none")
+        pad = paddings[i % len(paddings)]
+        out.append(AttentionCase(b, h, s, t, d, dv, fam, batched and fam != "none", is_causal, pad, scale,
+                                 seed=(seed * 7919 + i) % 2**32, label=f"boundary #{i}"))
+    return out
 
 
 @st.composite
 def attention_cases(
     draw: Any, *, causal: bool | None = None, padding: tuple[str, ...] = ("none",), families: tuple[str, ...] | None = None,
-    max_len: int = 13, dims: tuple[int, ...] = (2, 4, 8, 16), min_heads: int = 1, max_batch: int = 2,
+    max_len: int = 21, dims: tuple[int, ...] = (2, 4, 6, 8, 16, 24), min_heads: int = 1, max_batch: int = 3,
 ) -> AttentionCase:
-    """An :class:`AttentionCase`; ``causal=None`` draws it."""
+    """A drawn :class:`AttentionCase` (small shapes; the boundary cases hold the large ones);
+    ``causal=None`` draws it."""
     b = draw(st.integers(1, max_batch), label="batch")
-    h = draw(st.integers(min_heads, max(min_heads, 3)), label="heads")
+    h = draw(st.integers(min_heads, max(min_heads, 5)), label="heads")
     d = draw(st.sampled_from(dims), label="d")
     awkward = [n for n in AWKWARD_LENGTHS if n <= max_len]
     t = draw(st.one_of(st.sampled_from(awkward), st.integers(1, max_len)), label="T (keys)")
     is_causal = draw(st.booleans(), label="causal") if causal is None else causal
     s = draw(st.integers(1, t) if is_causal else st.integers(1, max_len), label="S (queries)")
-    dv = draw(st.integers(1, 6), label="dv")
+    dv = draw(st.one_of(st.just(d), st.integers(1, 9)), label="dv")
     fams = families or available_families()
     family = draw(st.sampled_from(fams), label="G family")
     g_batched = family != "none" and draw(st.booleans(), label="G per batch [B,H,d,d]")
     pad = draw(st.sampled_from(padding), label="padding")
-    scale = draw(st.one_of(st.none(), st.floats(0.0625, 1.0, width=32)), label="scale")
+    scale = draw(st.one_of(st.none(), st.floats(0.0625, 1.0, width=32), st.sampled_from([1e-3, 2.0])), label="scale")
     seed = draw(st.integers(0, 2**32 - 1), label="values seed")
     return AttentionCase(b, h, s, t, d, dv, family, g_batched, is_causal, pad, scale, seed)
 
 
 @dataclasses.dataclass
 class ChainCase:
-    """One drawn operator-chain problem: rotated queries and the layer's chain weights."""
+    """One operator-chain problem: rotated queries and the layer's chain weights."""
 
     b: int
     h: int
@@ -192,6 +283,7 @@ class ChainCase:
     dense: int
     q_scale: float
     seed: int
+    label: str = "drawn"
 
     def arrays(self) -> tuple[np.ndarray, dict[str, Any]]:
         rng = np.random.default_rng(self.seed)
@@ -199,24 +291,97 @@ class ChainCase:
         w = oracle.random_layer_weights(self.d, self.a_dff, self.units, self.dense, self.h, self.seed + 1)
         return q, w
 
+    def regions(self) -> dict[str, str]:
+        return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
+                "d": size_region(self.d), "num_reslayerA": str(self.units), "num_denseA": str(self.dense),
+                "q scale": str(self.q_scale)}
+
     def describe(self) -> str:
-        return (f"case: B={self.b} H={self.h} S={self.s} d={self.d} A_dff={self.a_dff} units={self.units} "
+        return (f"case ({self.label}): B={self.b} H={self.h} S={self.s} d={self.d} A_dff={self.a_dff} units={self.units} "
                 f"dense={self.dense} q_scale={self.q_scale} seed={self.seed}")
 
 
+def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
+    """Explicit chain cases: one query row, 3 units × 3 blocks, d = 2 … 16, odd A_dff, 5 heads."""
+    shapes = [(1, 1, 1, 2, 1, 1, 1, 1.0), (2, 3, 5, 4, 3, 3, 3, 0.1), (1, 5, 9, 8, 7, 2, 1, 3.0), (2, 2, 17, 16, 5, 1, 3, 1.0)]
+    return [ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}") for i, shape in enumerate(shapes)]
+
+
 @st.composite
-def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 8), max_len: int = 9) -> ChainCase:
+def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 6, 8), max_len: int = 9) -> ChainCase:
     return ChainCase(
         b=draw(st.integers(1, 2), label="batch"),
         h=draw(st.integers(1, 3), label="heads"),
         s=draw(st.integers(1, max_len), label="S"),
         d=draw(st.sampled_from(dims), label="d"),
         a_dff=draw(st.integers(2, 8), label="A_dff"),
-        units=draw(st.integers(1, 2), label="residual units"),
-        dense=draw(st.integers(1, 2), label="SwiGLU blocks per unit"),
+        units=draw(st.integers(1, 3), label="residual units"),
+        dense=draw(st.integers(1, 3), label="SwiGLU blocks per unit"),
         q_scale=draw(st.sampled_from([0.1, 1.0, 3.0]), label="q scale"),
         seed=draw(st.integers(0, 2**31 - 2), label="values seed"),
     )
+
+
+#: Decoder configurations of the explicit cases (num_layers, num_heads, depth, dff, A_dff,
+#: num_reslayerA, num_denseA, vocab, rope_style): one layer and one head, three of each,
+#: both RoPE styles, head dims 4 … 16, 1 … 3 residual units and SwiGLU blocks.
+BOUNDARY_CONFIGS: tuple[tuple[int, int, int, int, int, int, int, int, str], ...] = (
+    (1, 1, 8, 8, 4, 1, 1, 23, "interleaved"),
+    (2, 2, 8, 24, 12, 1, 2, 37, "rotate_half"),
+    (3, 3, 6, 20, 5, 3, 3, 50, "interleaved"),
+    (2, 3, 4, 12, 3, 2, 1, 29, "rotate_half"),
+    (1, 2, 16, 40, 9, 2, 3, 64, "rotate_half"),
+)
+
+
+def make_config(layers: int, heads: int, depth: int, dff: int, a_dff: int, units: int, dense: int, vocab: int, rope_style: str) -> Any:
+    from ..reference.config import PLDRConfig
+
+    return PLDRConfig(num_layers=layers, d_model=heads * depth, num_heads=heads, dff=dff, A_dff=a_dff, num_reslayerA=units,
+                      num_denseA=dense, input_vocab_size=vocab, max_seq_len=64, rope_style=rope_style)
+
+
+def config_regions(config: Any) -> dict[str, str]:
+    return {"num_layers": str(config.num_layers), "heads": str(config.num_heads), "depth": str(config.depth),
+            "num_reslayerA": str(config.num_reslayerA), "num_denseA": str(config.num_denseA), "rope_style": config.rope_style}
+
+
+def boundary_configs() -> list[Any]:
+    return [make_config(*c) for c in BOUNDARY_CONFIGS]
+
+
+@st.composite
+def decoder_configs(draw: Any) -> Any:
+    """A drawn small decoder configuration (every structural knob varies)."""
+    heads = draw(st.integers(1, 3), label="num_heads")
+    return make_config(
+        draw(st.integers(1, 3), label="num_layers"), heads, draw(st.sampled_from([2, 4, 6, 8]), label="depth"),
+        draw(st.integers(4, 24), label="dff"), draw(st.integers(2, 12), label="A_dff"),
+        draw(st.integers(1, 3), label="num_reslayerA"), draw(st.integers(1, 3), label="num_denseA"),
+        draw(st.integers(8, 60), label="vocab"), draw(st.sampled_from(["interleaved", "rotate_half"]), label="rope_style"))
+
+
+def token_regions(tokens: np.ndarray) -> dict[str, str]:
+    pad = tokens == 0
+    kind = "none" if not pad.any() else "left" if pad[:, 0].any() else "right"
+    return {"batch": size_region(tokens.shape[0]), "sequence length": size_region(tokens.shape[1]), "padding": kind}
+
+
+def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int = 9, min_len: int = 1) -> list[np.ndarray]:
+    """Explicit token batches: one token; batch 3 right-padded to different lengths; and (when
+    ``left_padding``) batch 2 left-padded."""
+    rng = np.random.default_rng(seed)
+    one = rng.integers(1, vocab, size=(1, max(1, min_len)))
+    n = max(min_len, min(7, max_len))
+    right = rng.integers(1, vocab, size=(3, n))
+    right[0, n - 2 :] = 0
+    right[2, n - 1 :] = 0
+    out = [one, right]
+    if left_padding:
+        left = rng.integers(1, vocab, size=(2, n))
+        left[1, :2] = 0
+        out.append(left)
+    return [t.astype(np.int64) for t in out]
 
 
 @st.composite
@@ -247,6 +412,8 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 
 __all__ = [
-    "AWKWARD_LENGTHS", "G_FAMILIES", "MAX_ABS_SCORE", "AttentionCase", "ChainCase", "attention_cases",
-    "available_families", "chain_cases", "make_g", "padding_mask", "sentinel_g", "token_batches",
+    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_SHAPES", "G_FAMILIES", "MAX_ABS_SCORE", "PADDINGS", "AttentionCase",
+    "ChainCase", "attention_cases", "available_families", "boundary_attention_cases", "boundary_chain_cases",
+    "boundary_configs", "boundary_tokens", "chain_cases", "config_regions", "decoder_configs", "make_config", "make_g",
+    "padding_mask", "scale_region", "sentinel_g", "size_region", "token_batches", "token_regions",
 ]

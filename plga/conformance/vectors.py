@@ -84,7 +84,9 @@ def _attention_vector(name: str, spec: tuple[Any, ...], dclass: str, storage: st
     truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=dclass == "float64", **kw)
     base = [eg.plga_attention(t["q"], t["k"], t["v"], t["G"], order=o, **kw) for o in eg.ATTENTION_ORDERS]
     b_err = max(compare(b, [], truth, dtype=dclass).kernel_error for b in base)
-    floor = compare(base[0], [], truth, dtype=dclass).floor
+    from .checks import attention_magnitude
+
+    floor = compare(base[0], [], truth, dtype=dclass, magnitude=attention_magnitude(t, case.causal, case.scale)).floor
     k = DEFAULT_K
     tensors = {n: _np(t[n]).astype(storage) for n in ("q", "k", "v")}
     if t["G"] is not None:

@@ -1,26 +1,31 @@
-"""The adapter protocol, the one switch, and the third-party entry points."""
+"""The adapter protocol, its detection rules, the one switch, guarded calls, and the third-party
+entry points."""
 
 import warnings
 
 import pytest
+import torch
 
+import plga.kernels as K
 from plga.conformance import (
     Adapter,
     SkipCheck,
+    adapter_factory,
     as_adapter,
     check_kernel,
     parametrize_with_checks,
     quick_summary,
     resolve_impl,
 )
-from plga.conformance.adapter import CallableAdapter
+from plga.conformance.adapter import CallableAdapter, DuckAdapter
 from plga.conformance.broken import transposed_g
-from plga.conformance.eager import plga_attention
+from plga.conformance.guard import InputMutated, KernelCrash, call_operation
+from plga.errors import ImplementationLoadError
 
 
 def my_attention(q, k, v, G, *, causal=False, key_padding_mask=None, scale=None):
     """A third party's attention: what a kernel engineer passes to the suite."""
-    return plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    return K.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
 
 
 @parametrize_with_checks([my_attention], groups=["structure"])
@@ -36,49 +41,124 @@ def test_plain_callable_is_an_attention_only_adapter():
         a.require("operator_chain")
 
 
-def test_switch_aliases_and_env(monkeypatch):
-    assert "reference" in resolve_impl("reference").name
-    monkeypatch.setenv("PLGA_IMPL", "plga.conformance.broken:transposed_g")
-    a = resolve_impl()
-    assert isinstance(a, CallableAdapter) and "transposed_g" in a.name
-    monkeypatch.delenv("PLGA_IMPL")
-    assert resolve_impl().name.startswith("plga.kernels")  # the project's kernels are the default
-    with pytest.raises(ValueError, match="cannot import module"):
-        resolve_impl("no_such_module_xyz:thing")
-    with pytest.raises(ValueError, match="has no attribute"):
-        resolve_impl("plga.conformance.broken:nothing_here")
+def test_variadic_callable_is_attention_not_a_factory():
+    calls = []
+
+    def variadic(*args, **kwargs):
+        calls.append(len(args))
+        return K.plga_attention(*args, **kwargs)
+
+    a = as_adapter(variadic)
+    assert isinstance(a, CallableAdapter) and calls == []  # never called with no arguments
+    report = check_kernel(variadic, checks=["attention_unmasked[float32]"], shrink=False)
+    assert report.verdict == "PASS" and calls and set(calls) == {4}
 
 
-def test_missing_capabilities_skip_with_named_reason():
-    report = check_kernel(my_attention, groups=["chain", "decoder"], shrink=False)
-    assert report.counts()["skipped"] == len(report.results) > 0
-    assert all("does not declare capability" in r.message for r in report.results)
-
-
-def test_expected_failures_become_xfail_and_unmatched_warn():
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        report = check_kernel(transposed_g, checks=["sentinel_g[float32]"], shrink=False,
-                              expected_failures={"sentinel_g": "known: reads G transposed", "no_such_check": "x"})
-    assert [r.status for r in report.results] == ["xfailed"]
-    assert report.passed
-    assert any("match no check" in str(w.message) for w in caught)
-
-
-def test_adapter_subclass_and_factory():
+def test_detection_rules_factories_subclasses_duck_types():
     class Mine(Adapter):
         name = "mine"
         dtypes = ("float32",)
         capabilities = frozenset({"attention"})
 
         def attention(self, q, k, v, G, *, causal=False, key_padding_mask=None, scale=None, finite_mask=False):
-            return plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+            return my_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
 
-    assert as_adapter(Mine).name == "mine"
-    assert as_adapter(lambda: Mine()).name == "mine"
-    report = check_kernel(Mine, checks=["attention_unmasked", "attention_causal"], shrink=False)
-    statuses = {r.check: r.status for r in report.results}
+    assert as_adapter(Mine).name == "mine"            # a subclass is instantiated
+    assert as_adapter(lambda: Mine()).name == "mine"  # no declared parameter: a factory
+
+    @adapter_factory
+    def make(device="cpu"):                             # parameters, but marked: a factory
+        return Mine()
+
+    assert as_adapter(make).name == "mine"
+
+    class Duck:
+        name, dtypes, capabilities = "duck", ("float32",), {"attention"}
+
+        def attention(self, *a, **k):
+            return my_attention(*a, **{n: v for n, v in k.items() if n != "finite_mask"})
+
+    duck = as_adapter(Duck())
+    assert isinstance(duck, DuckAdapter) and duck.name == "duck"
+    assert check_kernel(Duck(), checks=["attention_causal"]).verdict == "NOTHING VERIFIED"  # 'causal' undeclared
+    with pytest.raises(ImplementationLoadError):
+        as_adapter(42)
+    with pytest.raises(ImplementationLoadError, match="own baseline"):
+        check_kernel("plga.conformance.adapters:EagerAdapter")
+    statuses = {r.check: r.status for r in check_kernel(Mine, checks=["attention_unmasked", "attention_causal"]).results}
     assert statuses == {"attention_unmasked": "passed", "attention_causal": "skipped"}
+
+
+def test_switch_aliases_env_and_load_errors(monkeypatch):
+    assert "reference" in resolve_impl("reference").name
+    monkeypatch.setenv("PLGA_IMPL", "plga.conformance.broken:transposed_g")
+    a = resolve_impl()
+    assert isinstance(a, CallableAdapter) and "transposed_g" in a.name
+    monkeypatch.delenv("PLGA_IMPL")
+    assert resolve_impl().name.startswith("plga.kernels")  # the project's kernels are the default
+    with pytest.raises(ImplementationLoadError, match="cannot import module"):
+        resolve_impl("no_such_module_xyz:thing")
+    with pytest.raises(ImplementationLoadError, match="has no attribute"):
+        resolve_impl("plga.conformance.broken:nothing_here")
+
+
+def test_guard_copies_inputs_and_reports_mutation():
+    q, k, v = torch.randn(1, 2, 3, 4), torch.randn(1, 2, 5, 4), torch.randn(1, 2, 5, 3)
+    G = torch.randn(2, 4, 4)
+    pristine = [x.clone() for x in (q, k, v, G)]
+
+    def folds_scale(q, k, v, G, **kw):
+        G.mul_(0.5)
+        return my_attention(q, k, v, G * 2, **kw)
+
+    with pytest.raises(InputMutated, match="modified its input `G` in place"):
+        call_operation("attention", folds_scale, q, k, v, G, causal=False, key_padding_mask=None, scale=None)
+    assert all(torch.equal(a, b) for a, b in zip((q, k, v, G), pristine, strict=True))  # originals untouched
+    out = call_operation("attention", my_attention, q, k, v, G, causal=False, key_padding_mask=None, scale=None)
+    assert out.shape == (1, 2, 3, 3)
+    state = {"w": torch.ones(3)}
+
+    def edits_state(state_dict, config, tokens, **kw):
+        state_dict["w"][0] = 2.0
+
+    with pytest.raises(InputMutated, match="`state_dict`"):
+        call_operation("forward", edits_state, state, None, torch.ones(1, 2))
+
+
+def test_mutating_kernel_fails_the_suite_with_a_named_input():
+    from plga.conformance.controls import CONTROLS
+
+    report = check_kernel(CONTROLS["writes_qg_into_q"].make(), checks=["attention_unmasked[float32]"], shrink=False)
+    assert report.verdict == "FAIL"
+    assert "kernel modified its input `q` in place" in report.failures[0].message
+
+
+@pytest.mark.parametrize("exc", [SystemExit(0), KeyboardInterrupt(), GeneratorExit(), SkipCheck("forged skip")])
+def test_escapes_from_a_kernel_are_failures(exc):
+    def escapes(q, k, v, G, **kw):
+        raise exc
+
+    with pytest.raises(KernelCrash):
+        call_operation("attention", escapes, torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), torch.ones(1, 1, 1, 2), None)
+    report = check_kernel(escapes, checks=["attention_unmasked[float32]"], shrink=False)
+    assert report.verdict == "FAIL" and report.exit_code == 1
+
+
+def test_missing_capabilities_skip_and_nothing_verified():
+    report = check_kernel(my_attention, groups=["chain", "decoder"], shrink=False)
+    assert report.counts()["skipped"] == len(report.results) > 0
+    assert all("does not declare capability" in r.message for r in report.results)
+    assert report.verdict == "NOTHING VERIFIED" and report.exit_code == 1 and not report.passed
+
+
+def test_expected_failures_become_xfail_and_unmatched_warn():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        report = check_kernel(transposed_g, checks=["sentinel_g[float32]", "sdpa_identity[float32]"], shrink=False,
+                              expected_failures={"sentinel_g": "known: reads G transposed", "no_such_check": "x"})
+    assert [r.status for r in report.results] == ["xfailed", "passed"]  # Gᵀ = G at G = I
+    assert report.passed
+    assert any("match no check" in str(w.message) for w in caught)
 
 
 def test_quick_summary_rows():

@@ -85,3 +85,16 @@ def test_bitwise():
     assert_bitwise_equal(torch.ones(3), torch.ones(3), what="x")
     with pytest.raises(ConformanceFailure, match="bit-for-bit"):
         assert_bitwise_equal(torch.ones(3), torch.ones(3) + 1e-7, what="x")
+
+
+def test_magnitude_floor_accepts_ulps_of_the_terms_not_of_the_result():
+    """A gradient entry that is exactly 0 as the difference of two products of size ~3: a sound
+    backward (P from the LSE, D = rowsum(dO∘O)) leaves a few ulp of 3 there, the baselines none."""
+    from plga.conformance.tolerance import MAGNITUDE_ULPS, UNIT_ROUNDOFF
+
+    truth = np.array([0.0, 1e-3, -2e-3])
+    kernel = truth + np.array([2 * 2 * UNIT_ROUNDOFF["float32"] * 3.0, 0.0, 0.0])  # 2 ulp of the terms
+    assert not compare(kernel, [truth], truth, dtype="float32").passed  # |truth| alone: the floor vanishes
+    assert compare(kernel, [truth], truth, dtype="float32", magnitude=3.0).passed
+    wrong = truth + np.array([(MAGNITUDE_ULPS + 1) * 2 * UNIT_ROUNDOFF["float32"] * 3.0, 0.0, 0.0])
+    assert not compare(wrong, [truth], truth, dtype="float32", magnitude=3.0).passed  # the floor is bounded

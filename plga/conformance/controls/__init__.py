@@ -1,0 +1,148 @@
+"""The suite's controls: wrong kernels it must reject and correct alternatives it must accept.
+
+:data:`CONTROLS` maps a name to a :class:`Control`. Negative controls are built like real
+kernels — key blocks, head chunks, value tiles, a hand-written FA-2 backward, split-K, a
+decoder with its own cache handling — and carry one bug each, most of them visible only past
+a block boundary, for one configuration knob, with batch > 1 and padding, or as an in-place
+write to an input. Positive controls are sound alternative algorithms (online softmax over
+key blocks, LSE-recomputing backward, split-K combined by log-sum-exp, other head chunking and
+reduction orders) that a tolerance policy must not reject. ``plga conformance --self-test``
+runs them all (:mod:`plga.conformance.selftest`); ``tests/conformance/test_meta.py`` requires
+every wrong one caught and no correct one rejected in ``quick`` and ``ci`` (``thorough`` with
+``PLGA_SLOW=1``). They are written independently of :mod:`plga.conformance.broken`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ..eager import EagerDecoder
+from .chain import ChainControl
+from .decoders import (
+    DecoderControl,
+    FirstDenseBlockOnly,
+    KvRecomputesFromNewRows,
+    LastLayerSkippedPastTwo,
+    LastResidualUnitSkipped,
+    PaddingIgnoredAfterPrompt,
+    RotateHalfAsInterleaved,
+    RowLengthsMixed,
+    StepPositionsOffByOne,
+)
+from .tiled import TiledAttention, Tiling
+
+
+@dataclasses.dataclass(frozen=True)
+class Control:
+    """One control: ``correct`` ones must pass, the others must fail (in ``caught_by``)."""
+
+    name: str
+    description: str
+    factory: Callable[[], Any]
+    correct: bool = False
+    caught_by: tuple[str, ...] = ()  # checks expected to fail (any one of them suffices)
+
+    def make(self) -> Any:
+        return self.factory()
+
+
+def _tiled(name: str, bug: str = "", mutate: str = "", **tiling: Any) -> Callable[[], Any]:
+    return lambda: TiledAttention(f"controls.{name}", Tiling(bug=bug, **tiling), mutate)
+
+
+def _decoder(name: str, cls: type, mutate_state: bool = False) -> Callable[[], Any]:
+    return lambda: DecoderControl(f"controls.{name}", cls, mutate_state)
+
+
+def _chain(name: str, bug: str) -> Callable[[], Any]:
+    return lambda: ChainControl(f"controls.{name}", bug)
+
+
+_ATT = ("attention_unmasked", "attention_causal", "attention_padding", "sentinel_g", "batched_equals_slices", "sdpa_identity",
+        "attention_trained_g", "attention_mask_dominance")
+_BWD = ("attention_backward",)
+_FWD = ("forward_logits", "forward_collapsed", "forward_golden")
+_CACHE = ("cache_modes", "collapsed_equals_kvg", "gcache_invalidated", "cache_nocache")
+
+_LIST = [
+    # correct alternative algorithms
+    Control("fa2_forward_backward", "FA-2: online softmax over 64-key blocks, head chunks of 4, value tiles of 32; "
+            "backward recomputes P from the saved LSE, D = rowsum(dO∘O)", _tiled("fa2_forward_backward"), correct=True),
+    Control("small_blocks_reversed", "16-key blocks walked last to first, head chunks of 3, value tiles of 8",
+            _tiled("small_blocks_reversed", key_block=16, head_chunk=3, value_tile=8, reverse_keys=True), correct=True),
+    Control("split_k", "split-K: partial softmax per key split (32-key blocks, 3 splits) combined with the LSE",
+            _tiled("split_k", key_block=32, splits=3), correct=True),
+    Control("one_head_per_chunk", "one head per chunk, 128-key blocks, one value tile",
+            _tiled("one_head_per_chunk", key_block=128, head_chunk=1, value_tile=256), correct=True),
+    # tiling bugs: visible only past a block, chunk or tile
+    Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
+            _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),
+    Control("running_max_not_rescaled", "the accumulator is not rescaled when the running max grows across blocks",
+            _tiled("running_max_not_rescaled", "running_max_not_rescaled", key_block=16), caught_by=_ATT),
+    Control("last_head_chunk_skipped", "the head-chunk loop skips the last partial chunk (H % 4 ≠ 0, H > 4)",
+            _tiled("last_head_chunk_skipped", "last_head_chunk_skipped"), caught_by=_ATT),
+    Control("last_value_tile_dropped", "value tiles drop the last tile when dv % 32 ≠ 0, dv > 32",
+            _tiled("last_value_tile_dropped", "last_value_tile_dropped"), caught_by=_ATT),
+    Control("mask_shift_in_tail", "the padding/causal mask of the partial last key block is shifted by one",
+            _tiled("mask_shift_in_tail", "mask_shift_in_tail"), caught_by=_ATT),
+    Control("chunk_relative_g", "head chunks index G from head 0 of the chunk (G of heads 0–3 reused)",
+            _tiled("chunk_relative_g", "chunk_relative_g"), caught_by=_ATT),
+    Control("split_k_plain_average", "split-K combines the splits by a plain average instead of their LSE weights",
+            _tiled("split_k_plain_average", "split_k_plain_average", key_block=32, splits=3), caught_by=_ATT),
+    # edge-value bugs
+    Control("empty_rows_nan", "a fully padded query row gives 0/0 = NaN instead of zeros",
+            _tiled("empty_rows_nan", "empty_rows_nan"), caught_by=("attention_padding",)),
+    Control("scale_given_ignored", "an explicit scale is ignored (1/√d always)",
+            _tiled("scale_given_ignored", "scale_given_ignored"), caught_by=_ATT),
+    Control("scale_none_is_one", "scale=None is taken as 1 instead of 1/√d", _tiled("scale_none_is_one", "scale_none_is_one"),
+            caught_by=_ATT),
+    Control("s1_drops_padding", "the S = 1 (decoding) fast path drops the key padding mask",
+            _tiled("s1_drops_padding", "s1_drops_padding"), caught_by=("attention_padding", "attention_mask_dominance")),
+    Control("dv_assumed_d", "assumes dv = d: only the first min(d, dv) value columns are computed",
+            _tiled("dv_assumed_d", "dv_assumed_d"), caught_by=_ATT),
+    Control("causal_top_left", "the causal mask is aligned top-left (wrong for S < T)",
+            _tiled("causal_top_left", "causal_top_left"), caught_by=("attention_causal", "attention_padding")),
+    Control("batched_g_first_only", "a batched G [B,H,d,d] is read as G[0] for every batch element",
+            _tiled("batched_g_first_only", "batched_g_first_only"), caught_by=_ATT),
+    # wrong backward
+    Control("dk_missing_scale", "the FA-2 backward forgets the scale in dK", _tiled("dk_missing_scale", "dk_missing_scale"),
+            caught_by=_BWD),
+    Control("dg_transposed", "the backward returns dGᵀ", _tiled("dg_transposed", "dg_transposed"), caught_by=_BWD),
+    # in-place mutators (results right, inputs modified)
+    Control("writes_qg_into_q", "writes q G back into q (then uses G = I)", _tiled("writes_qg_into_q", mutate="q"),
+            caught_by=_ATT),
+    Control("folds_scale_into_g", "folds the scale into G in place", _tiled("folds_scale_into_g", mutate="G"), caught_by=_ATT),
+    Control("mask_edited_in_place", "clears key 0 of the padding mask in place",
+            _tiled("mask_edited_in_place", mutate="mask"), caught_by=("attention_padding", "attention_mask_dominance")),
+    Control("state_dict_mutated", "folds √d_model into the embedding table of the state dict in place",
+            _decoder("state_dict_mutated", EagerDecoder, mutate_state=True), caught_by=_FWD + _CACHE),
+    Control("chain_bias_accumulated", "accumulates a A_P into the b_a tensor of layer_weights and returns it",
+            _chain("chain_bias_accumulated", "bias_accumulated"), caught_by=("operator_chain",)),
+    # configuration-variant bugs
+    Control("rotate_half_as_interleaved", "RoPE is always interleaved (rope_style rotate_half ignored)",
+            _decoder("rotate_half_as_interleaved", RotateHalfAsInterleaved), caught_by=_FWD + _CACHE),
+    Control("first_dense_block_only", "only the first SwiGLU block of each residual unit is used (num_denseA > 1)",
+            _decoder("first_dense_block_only", FirstDenseBlockOnly), caught_by=_FWD + _CACHE),
+    Control("last_residual_unit_skipped", "the last residual unit of the metric learner is skipped (num_reslayerA > 1)",
+            _decoder("last_residual_unit_skipped", LastResidualUnitSkipped), caught_by=_FWD + _CACHE),
+    Control("last_layer_skipped_past_two", "runs at most two decoder layers", _decoder("last_layer_skipped_past_two",
+            LastLayerSkippedPastTwo), caught_by=_FWD + _CACHE),
+    Control("chain_first_dense_block_only", "the operator chain uses only the first SwiGLU block per unit",
+            _chain("chain_first_dense_block_only", "first_dense_block_only"), caught_by=("operator_chain",)),
+    # cache bugs: batch > 1, padding, positions
+    Control("padding_ignored_after_prompt", "cached steps attend to the prompt's padding keys",
+            _decoder("padding_ignored_after_prompt", PaddingIgnoredAfterPrompt), caught_by=_CACHE),
+    Control("row_lengths_mixed", "cached steps use row 0's padding for every row",
+            _decoder("row_lengths_mixed", RowLengthsMixed), caught_by=_CACHE),
+    Control("step_positions_off_by_one", "cached steps rotate the new token at position T − 1",
+            _decoder("step_positions_off_by_one", StepPositionsOffByOne), caught_by=_CACHE),
+    Control("kv_stale_generator", "kv mode rebuilds G_LM from a wrongly scaled cached A",
+            _decoder("kv_stale_generator", KvRecomputesFromNewRows), caught_by=_CACHE),
+]
+
+#: Every control by name.
+CONTROLS: Mapping[str, Control] = {c.name: c for c in _LIST}
+
+__all__ = ["CONTROLS", "Control"]

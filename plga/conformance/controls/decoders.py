@@ -1,0 +1,121 @@
+"""Decoder-level controls: one bug each in a decoder, its caches or its configuration handling.
+
+They subclass the suite's eager decoder (:class:`plga.conformance.eager.EagerDecoder`) and
+change one stage; a bug that ignores a configuration knob shows only when the knob is not 1
+(``num_denseA`` > 1, ``num_reslayerA`` > 1, ``rope_style`` = rotate_half), a cache bug only
+with batch > 1 or padding.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from .. import eager as eg
+from ..adapters import EagerAdapter
+
+
+class _ConfigBugDecoder(eg.EagerDecoder):
+    """Builds the layers from a wrongly read configuration (``misread(config)``)."""
+
+    def __init__(self, state: Mapping[str, Any], config: Any, **kw: Any) -> None:
+        super().__init__(state, config, **kw)
+        self.config = self.misread(config)
+
+    @staticmethod
+    def misread(config: Any) -> Any:
+        return config
+
+
+class RotateHalfAsInterleaved(_ConfigBugDecoder):
+    @staticmethod
+    def misread(config: Any) -> Any:
+        return dataclasses.replace(config, rope_style="interleaved")
+
+
+class FirstDenseBlockOnly(_ConfigBugDecoder):
+    @staticmethod
+    def misread(config: Any) -> Any:
+        return dataclasses.replace(config, num_denseA=1)
+
+
+class LastResidualUnitSkipped(_ConfigBugDecoder):
+    @staticmethod
+    def misread(config: Any) -> Any:
+        return dataclasses.replace(config, num_reslayerA=max(1, config.num_reslayerA - 1))
+
+
+class LastLayerSkippedPastTwo(_ConfigBugDecoder):
+    """Loops over ``min(num_layers, 2)`` layers (a hard-coded two-layer test config)."""
+
+    @staticmethod
+    def misread(config: Any) -> Any:
+        return dataclasses.replace(config, num_layers=min(config.num_layers, 2))
+
+
+class PaddingIgnoredAfterPrompt(eg.EagerDecoder):
+    """Cached steps attend to the prompt's padding keys (the padding mask is dropped after the prompt)."""
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        for c in caches:
+            c.key_allowed = torch.ones_like(c.key_allowed)
+        return super().step(tokens, caches, mode, constant_g)
+
+
+class RowLengthsMixed(eg.EagerDecoder):
+    """Cached steps use the first row's padding for every row of the batch."""
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        for c in caches:
+            c.key_allowed = c.key_allowed[:1].expand_as(c.key_allowed).clone()
+        return super().step(tokens, caches, mode, constant_g)
+
+
+class StepPositionsOffByOne(eg.EagerDecoder):
+    """Cached steps rotate the new token at position T − 1 instead of T (RoPE offset bug)."""
+
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        return super().step_positions(offset - 1, n)
+
+
+class KvRecomputesFromNewRows(eg.EagerDecoder):
+    """kv mode recomputes A from the new token's rows only (instead of the frozen prompt A)."""
+
+    def cached_operator(self, i: int, cache: eg.LayerCache, mode: str) -> Any:
+        if mode == "kv":
+            a = cache.A * 0.5  # a stale half-weighted generator
+            a_lm, _, g = self.power(i, a)
+            return a, a_lm, g
+        return super().cached_operator(i, cache, mode)
+
+
+class DecoderControl(EagerAdapter):
+    """An eager-decoder adapter with one decoder bug (``decoder_class``); no attention or chain."""
+
+    capabilities = frozenset({"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"})
+    dtypes = ("float64", "float32")
+
+    def __init__(self, name: str, decoder_class: type[eg.EagerDecoder], mutate_state: bool = False) -> None:
+        super().__init__()
+        self.name, self.decoder_class, self.mutate_state = name, decoder_class, mutate_state
+
+    def _decoder(self, state_dict: Mapping[str, Any], config: Any) -> eg.EagerDecoder:
+        if not self.mutate_state:
+            return super()._decoder(state_dict, config)
+        # folds √d_model into the embedding table in place (the result is right, the input is not)
+        emb = state_dict["decoder.embedding.weight"]
+        dec = super()._decoder(state_dict, config)
+        emb.mul_(dec.sqrt_d_model)
+        dec.p["decoder.embedding.weight"] = emb.to(dec.dtype).clone()
+        dec.sqrt_d_model = 1.0
+        return dec
+
+
+__all__ = [
+    "DecoderControl", "FirstDenseBlockOnly", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo", "LastResidualUnitSkipped",
+    "PaddingIgnoredAfterPrompt", "RotateHalfAsInterleaved", "RowLengthsMixed", "StepPositionsOffByOne",
+]

@@ -1,0 +1,235 @@
+"""Foreign code under guard: the kernel gets copies, cannot exit plga, cannot hang the run.
+
+Every call of an implementation's operation goes through :func:`call_operation`:
+
+* **copies** — each tensor argument (also inside state dicts, layer-weight dicts, lists and
+  the config) is deep-copied before the call; truth and baselines are computed from the
+  pristine originals, and after the call the copies are compared with them bit for bit. A
+  difference is a failure of its own: ``kernel modified its input `G` in place``. No operation
+  of the protocol has in-place semantics.
+* **escapes** — ``SystemExit`` (``sys.exit(0)``), ``KeyboardInterrupt`` (not typed by the
+  user), ``GeneratorExit`` and every other exception leaving the kernel are a
+  :class:`KernelCrash`: a failure of the check that called it, never an exit of plga.
+
+:func:`time_limit` bounds one check: a repeating ``SIGALRM`` timer (main thread; it also
+interrupts ``time.sleep`` and lock waits) or, off the main thread, an asynchronous exception
+injected by a watchdog thread. Both raise :class:`CheckTimeout` inside the running code —
+every second until the check returns, so a kernel that swallows it once gains nothing. A
+kernel stuck inside C code that never returns to the interpreter cannot be interrupted this
+way, nor one that catches every exception in a loop: :data:`STUCK_GRACE` seconds past the
+limit a watchdog thread prints a FAIL verdict naming the check, dumps the stacks
+(``faulthandler``) and ends the process with status 1.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import ctypes
+import faulthandler
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+from .tolerance import ConformanceFailure
+
+#: Argument names of each protocol operation (for messages about modified inputs).
+OPERATION_ARGS: dict[str, tuple[str, ...]] = {
+    "attention": ("q", "k", "v", "G"),
+    "operator_chain": ("q_rot", "layer_weights"),
+    "forward": ("state_dict", "config", "tokens"),
+    "generate": ("state_dict", "config", "prompt", "max_new_tokens"),
+}
+
+
+class CheckTimeout(BaseException): # a BaseException so `except Exception` in a kernel cannot swallow it
+    """A check ran past its time limit (raised inside the running code)."""
+
+
+class KernelCrash(ConformanceFailure):
+    """The implementation raised (or tried to exit) inside an operation."""
+
+
+class InputMutated(ConformanceFailure):
+    """The implementation modified one of its inputs in place."""
+
+
+# --- user interrupts ------------------------------------------------------------------------
+
+_user_interrupt = threading.Event()
+
+
+def user_interrupted() -> bool:
+    """True once the user pressed Ctrl-C during a guarded run (a kernel's own
+    ``raise KeyboardInterrupt`` does not set it)."""
+    return _user_interrupt.is_set()
+
+
+@contextlib.contextmanager
+def watch_user_interrupt() -> Iterator[None]:
+    """Record a real SIGINT (then raise KeyboardInterrupt as usual); main thread only."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    _user_interrupt.clear()
+
+    def handler(signum: int, frame: Any) -> None:
+        _user_interrupt.set()
+        raise KeyboardInterrupt
+
+    old = signal.signal(signal.SIGINT, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, old)
+
+
+# --- copies ---------------------------------------------------------------------------------
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Bitwise equality of two nested argument values (tensors: dtype, shape, values, NaNs)."""
+    import torch
+
+    if isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.dtype != b.dtype or a.shape != b.shape or a.device != b.device:
+            return False
+        if a.is_floating_point():
+            return bool(torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0)))
+        return bool(torch.equal(a, b))
+    if isinstance(a, Mapping):
+        return isinstance(b, Mapping) and set(a) == set(b) and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, (list, tuple)):
+        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(_same(x, y) for x, y in zip(a, b, strict=True))
+    try:
+        return bool(a == b)
+    except Exception:  # an object without a usable ==: compare what deepcopy preserved
+        return type(a) is type(b)
+
+
+def _copy(x: Any) -> Any:
+    import torch
+
+    if isinstance(x, torch.Tensor):
+        return x.detach().clone().requires_grad_(x.requires_grad) if x.is_leaf else x.clone()
+    if isinstance(x, dict):
+        return {k: _copy(v) for k, v in x.items()}
+    if isinstance(x, list):
+        return [_copy(v) for v in x]
+    if isinstance(x, tuple):
+        return tuple(_copy(v) for v in x)
+    return copy.deepcopy(x)
+
+
+def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """``fn(*copies of args, **copies of kwargs)`` under guard (see the module docstring).
+
+    Tensors that require grad are passed as they are (the caller owns their gradient), every
+    other argument as a copy.
+    """
+    import torch
+
+    def keep(x: Any) -> bool:
+        return isinstance(x, torch.Tensor) and x.requires_grad
+
+    names = list(OPERATION_ARGS.get(op, ())) + [f"argument {i}" for i in range(len(OPERATION_ARGS.get(op, ())), len(args))]
+    given = {**dict(zip(names, args, strict=False)), **kwargs}
+    copies = {n: (x if keep(x) else _copy(x)) for n, x in given.items()}
+    snapshot = {n: (x.detach().clone() if keep(x) else x) for n, x in given.items()}
+    pos = [copies[n] for n in names[: len(args)]]
+    kw = {n: copies[n] for n in kwargs}
+    try:
+        out = fn(*pos, **kw)
+    except CheckTimeout:
+        raise
+    except AssertionError as exc:
+        raise KernelCrash(f"{op} raised AssertionError: {exc}") from exc
+    except BaseException as exc: # foreign code: every escape is a failure of the check
+        if isinstance(exc, KeyboardInterrupt) and user_interrupted():
+            raise
+        what = type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
+        raise KernelCrash(f"{op} raised {what} — an implementation's exception or exit is a failure of the check, "
+                          "not a verdict") from None
+    for n in given:
+        after = copies[n].detach() if keep(copies[n]) else copies[n]
+        if not _same(after, snapshot[n]):
+            raise InputMutated(f"kernel modified its input `{n}` in place during {op} (the protocol has no in-place "
+                               "operation: inputs must be left as they were passed)")
+    return out
+
+
+# --- time limit -----------------------------------------------------------------------------
+
+
+def _async_raise(thread_id: int) -> None:
+    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(thread_id), ctypes.py_object(CheckTimeout))
+
+
+#: Seconds past the limit after which a check that swallows every interrupt ends the process.
+STUCK_GRACE = 10.0
+
+
+def _default_stuck(message: str) -> None:
+    sys.stdout.write(f"plga conformance: FAIL — {message}\n")
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None] | None = None) -> Iterator[None]:
+    """Raise :class:`CheckTimeout` in the running code after ``seconds`` (None or ≤ 0: no limit),
+    again every second; if the code is still running :data:`STUCK_GRACE` seconds later (it
+    swallowed every interrupt, or sits in C code), ``on_stuck(message)`` reports it (default: a
+    FAIL verdict line on stdout), the stacks are dumped to stderr and the process ends with
+    status 1."""
+    if not seconds or seconds <= 0:
+        yield
+        return
+    message = f"{what} exceeded its time limit of {seconds:g} s (--check-timeout)"
+    done = threading.Event()
+    tid = threading.get_ident()
+    main = threading.current_thread() is threading.main_thread()
+
+    def watchdog() -> None:
+        if done.wait(seconds):
+            return
+        deadline = seconds + STUCK_GRACE
+        waited = seconds
+        while not done.is_set() and waited < deadline:
+            if not main:
+                _async_raise(tid)
+            done.wait(1.0)
+            waited += 1.0
+        if done.is_set():
+            return
+        (on_stuck or _default_stuck)(f"{message} and could not be interrupted (it swallows interrupts or never "
+                                     "returns to Python); the run was ended")
+        sys.stdout.flush()
+        faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
+        os._exit(1)
+
+    w = threading.Thread(target=watchdog, daemon=True, name="plga-check-watchdog")
+    w.start()
+    old = None
+    if main:
+        def handler(signum: int, frame: Any) -> None:
+            raise CheckTimeout(message)
+
+        old = signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, seconds, 1.0)
+    try:
+        yield
+    except CheckTimeout as exc:
+        raise CheckTimeout(message) from exc
+    finally:
+        done.set()
+        if main:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, old)
+
+
+__all__ = [
+    "OPERATION_ARGS", "STUCK_GRACE", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation", "time_limit",
+    "user_interrupted", "watch_user_interrupt",
+]
