@@ -86,8 +86,5 @@ class Catalog:
     def get(self, name: str) -> Entry | None:
         return next((e for e in self.entries if e.name == name or e.full_name == name), None)
 
-    def forbidden(self) -> list[tuple[str, int, str]]:
-        return [(lf.path, line, tok) for lf in self.files for line, tok in lf.forbidden]
-
     def to_json(self) -> str:
         return json.dumps([e.to_json() for e in self.entries], ensure_ascii=False, indent=2)

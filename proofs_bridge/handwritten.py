@@ -50,15 +50,21 @@ class HandResult:
 
 
 HANDWRITTEN: dict[str, Callable[[Ctx], HandResult]] = {}
+#: Lean theorem → the evidence its check gives: ``handwritten`` (the statement on reference
+#: functions over constructed instances) or ``concrete-decoder`` (on the real reference decoder).
+EVIDENCE: dict[str, str] = {}
 
 
-def check(name: str) -> Callable[[Callable[[Ctx], HandResult]], Callable[[Ctx], HandResult]]:
+def check(name: str, evidence: str = "handwritten") -> Callable[[Callable[[Ctx], HandResult]], Callable[[Ctx], HandResult]]:
     """Register a hand-written check under the Lean theorem ``name``."""
+    if evidence not in ("handwritten", "concrete-decoder"):
+        raise ValueError(f"unknown evidence {evidence!r}")
 
     def deco(fn: Callable[[Ctx], HandResult]) -> Callable[[Ctx], HandResult]:
         if name in HANDWRITTEN:
             raise ValueError(f"two hand-written checks for {name}")
         HANDWRITTEN[name] = fn
+        EVIDENCE[name] = evidence
         fn.lean_name = name  # type: ignore[attr-defined]
         return fn
 
