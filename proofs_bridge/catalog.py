@@ -78,7 +78,8 @@ class Catalog:
         return [e.decl for e in self.entries]
 
     def theorems(self) -> list[Entry]:
-        return [e for e in self.entries if e.kind in ("theorem", "lemma")]
+        """The public theorems (private ones are proof helpers, not statements the project makes)."""
+        return [e for e in self.entries if e.kind in ("theorem", "lemma") and not e.private]
 
     def definitions(self) -> list[Entry]:
         return [e for e in self.entries if e.kind in ("def", "abbrev")]

@@ -33,9 +33,13 @@ class CheckFailure(AssertionError):
 
 @dataclass
 class Ctx:
+    """What a check may vary: sample size, mpmath digits, seed, and a named mutation that a
+    negative control injects (``None``: the real computation)."""
+
     max_examples: int = 25
     dps: int = 50
     seed: int = 0
+    mutation: str | None = None
 
     @property
     def rng(self) -> np.random.Generator:

@@ -10,6 +10,7 @@ from typing import Any
 
 from ..errors import InputError, UsageError
 from ..progress import progress
+from . import concrete  # noqa: F401  (registers the concrete-decoder checks)
 from .catalog import Catalog, Entry
 from .derived import run_derived
 from .elaborate import Outside
