@@ -20,7 +20,6 @@ from .evaluate import Impl
 from .parser import Declaration, LeanSubsetError, parse_header, parse_term
 from .unfold import MIRRORS, UPSTREAM
 
-
 #: Definitions of ``formal/Plga/Decoder.lean`` → the reference code they model. They build the
 #: decoder from the spec functions, so they have no one-function mirror in ``LEAN_NAMES``; the
 #: concrete-decoder checks (:mod:`.concrete`) run exactly these reference functions.

@@ -13,11 +13,16 @@ import pytest
 
 pytest.importorskip("tomllib", reason="the workspace gate reads lakefile.toml with Python ≥ 3.11's tomllib")
 
-from plga.errors import DataFileError  # noqa: E402
-from plga.proofs_bridge.catalog import formal_dir  # noqa: E402
-from plga.proofs_bridge.parser import read_lean_source  # noqa: E402
-from plga.proofs_bridge.workspace import (  # noqa: E402
-    check_forbidden, check_imports, check_pins, check_workspace, is_name_literal, lake_package_name,
+from plga.errors import DataFileError
+from plga.proofs_bridge.catalog import formal_dir
+from plga.proofs_bridge.parser import read_lean_source
+from plga.proofs_bridge.workspace import (
+    check_forbidden,
+    check_imports,
+    check_pins,
+    check_workspace,
+    is_name_literal,
+    lake_package_name,
 )
 
 FORMAL = formal_dir()
