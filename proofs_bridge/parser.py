@@ -37,7 +37,7 @@ MAX_LEAN_BYTES = 1 << 20
 #: Largest header the grammar is given, and the deepest term it may build: the transformer and
 #: every later pass recurse over the tree, so a bound here is what keeps them inside Python's stack.
 MAX_HEADER_CHARS = 20_000
-MAX_TERM_DEPTH = 200
+MAX_TERM_DEPTH = 100
 
 
 def forbidden_in(text: str) -> list[tuple[int, str]]:
