@@ -7,6 +7,8 @@ small seeded model in float64 and compares it with what the theorem says:
   ``spec.sdpa_attention`` and the decoder's own projections, LayerNorms and feed-forward;
 * (b) on a collapsed model, full recomputation equals prefix recomputation and cached
   incremental decoding (``step`` with ``kvg``);
+* (c) the Lean counterexample recomputed with the spec functions moves row 1 when a row is
+  appended, and so does the random (not collapsed) reference decoder, by a reported amount;
 * (d) a model collapsed by construction (the last metric-learner unit's LayerNorm gain set to
   0, so the learner outputs its β whatever the Gram) generates the same G_LM on every input and
   runs as the frozen-operator decoder, and passes (a)–(b) end to end.
@@ -231,13 +233,43 @@ def _collapsed_prefix(ctx: Ctx) -> HandResult:
                       f"control: on the same model with its learner not collapsed, appending tokens moves earlier rows' logits by up to {moved:.2e}")
 
 
-def uncollapsed_drift(seed: int, length: int = 6) -> float:
+def lean_witness_gap(frozen: bool = False, base: float = 10000.0) -> float:
+    """Row 1 of the Lean counterexample, full input minus its two-row prefix: G = D (the whole
+    input's Gram), one head, d = 2, identity projections, rows [0, v, R(−1) v] with v = (1, 1).
+    ``frozen`` is the mutation that gives both calls the prefix's Gram (then the gap is 0)."""
+    v = np.ones(2)
+    x = np.stack([np.zeros(2), v, spec.rope_matrix(-1.0, spec.rope_frequencies(2, base)) @ v])  # [3, 2]
+
+    def row1(rows: np.ndarray, gram_rows: np.ndarray) -> np.ndarray:
+        q = spec.rope(rows, np.arange(len(rows)), base)  # [S, 2] rotated queries = keys
+        g = spec.density_operator(spec.rope(gram_rows, np.arange(len(gram_rows)), base))  # [2, 2]
+        causal = np.tril(np.ones((len(rows), len(rows)), dtype=bool))
+        return spec.plga_attention(q, g, q, rows, causal)[1]
+
+    full = row1(x, x[:2] if frozen else x)
+    return float(np.max(np.abs(full - row1(x[:2], x[:2]))))
+
+
+@check("generatedLayer_not_prefixConsistent", evidence="concrete-decoder")
+def _not_prefix_consistent(ctx: Ctx) -> HandResult:
+    frozen = ctx.mutation == "operator frozen at the prefix's Gram"
+    gap = lean_witness_gap(frozen)
+    expect(gap > 1e-6, f"the Lean witness does not move row 1 (gap {gap:.2e})")
+    drift = uncollapsed_drift(ctx.seed, frozen=frozen)
+    expect(drift > 1e-6, f"the reference decoder (not collapsed) kept earlier rows within {drift:.2e}")
+    return HandResult(2, 0.0, f"Lean witness: row 1 moves by {gap:.3g}; reference decoder: earlier rows move by up to {drift:.2e}")
+
+
+def uncollapsed_drift(seed: int, length: int = 6, frozen: bool = False) -> float:
     """(c) measured: the largest change of an earlier row's logits when tokens are appended, on
     the random (not collapsed) model — what the Lean counterexample is about."""
     cfg, params = tiny_model(seed)
     tokens = _tokens(np.random.default_rng(seed + 7), cfg, length)
-    full = dec.forward(params, cfg, tokens).logits
-    return max(_worst(dec.forward(params, cfg, tokens[:, : r + 1]).logits[:, r], full[:, r]) for r in range(length - 1))
+    gs = _reached_operators(params, cfg, tokens) if frozen else None  # the mutation: operators frozen
+    full = dec.forward(params, cfg, tokens, constant_g=gs).logits
+    return max(_worst(dec.forward(params, cfg, tokens[:, : r + 1], constant_g=gs).logits[:, r], full[:, r])
+               for r in range(length - 1))
 
 
-__all__ = ["ROUNDING", "CheckFailure", "cached_logits", "sdpa_layer", "sdpa_logits", "tiny_model", "uncollapsed_drift"]
+__all__ = ["ROUNDING", "CheckFailure", "cached_logits", "lean_witness_gap", "sdpa_layer", "sdpa_logits", "tiny_model",
+           "uncollapsed_drift"]

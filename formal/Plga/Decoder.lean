@@ -35,12 +35,13 @@ Results (all new):
   I) fed the queries rope(q)·G* (generalized SDPA);
 * (b) `frozenDecoder_prefixConsistentShaped`: a frozen-operator decoder satisfies Def. 4.8,
   so KV caching (recomputing only the new row from its prefix) is exact;
-* (c) not stated here yet: that a Gram-dependent generator breaks prefix consistency for some
-  weights and input. The witness is worked out (G = D, one layer, one head, d = 2, identity
-  projections, input [0, v, R(−1) v]: row 1's score gains (q₁·q₂)² when the third row is
-  appended) but its proof evaluates softmax sums on explicit lists and was not written without
-  a compiler to check it; the failure is measured on the reference decoder instead
-  (`tests/bridge/test_concrete_decoder.py`);
+* (c) `generatedLayer_not_prefixConsistent`: with a Gram-dependent generator, weights and an
+  input exist for which the layer (a one-layer decoder) is not prefix consistent. The witness
+  generator is the simplest Gram-dependent one, G = D itself (one head, d = 2, identity
+  projections, input [0, v, R(−1) v] with v = (1, 1)): appending the third row doubles the Gram,
+  so row 1's score q·(G q)/√2 doubles and its softmax weight moves. It is not the trained
+  metric-learner chain; that failure is measured on the reference decoder by the bridge
+  (`uncollapsed_drift`, reported by the check of `collapsed_prefixConsistentShaped`);
 * (d) `generatedDecoder_eq_frozen`, `plgaGenerator_const`, `collapsed_prefixConsistentShaped`:
   if the generator (in particular the metric learner's output) is constant on the Grams the
   decoder reaches, the PLGA decoder is the frozen-operator decoder, hence (a) and (b) hold.
@@ -307,6 +308,130 @@ theorem collapsed_prefixConsistentShaped {δ : Type*} [Fintype δ] {L H m : ℕ}
     exact h l hd y'
   rw [funext (generatedDecoder_eq_frozen _ _ Wq Wk Wv base post hgen)]
   exact frozenDecoder_prefixConsistentShaped _ Wq Wk Wv base post
+
+/-! ### (c) The counterexample: a Gram-dependent operator breaks prefix consistency -/
+
+/-- The identity head projection of the counterexample (d = 2, one RoPE plane). -/
+private abbrev I2 : Matrix (Fin 2 × Fin 1) (Fin 2 × Fin 1) ℝ := 1
+
+/-- The row v = (1, 1) of the counterexample. -/
+private def vOnes : Fin 2 × Fin 1 → ℝ := fun _ => 1
+
+/-- The appended row R(−1) v: at position 2 its rotated key is v's key at position 1. -/
+private def backRow (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) : Fin 2 × Fin 1 → ℝ :=
+  ropeMatrix (-1) (fun j => ropeFrequencies (2 * 1) base j) *ᵥ v
+
+private theorem rowMapDecoder_getElem? {σ ρ : Type*} (f : List σ → ρ) (x : List σ) (r : ℕ)
+    (hr : r < x.length) : (rowMapDecoder f x)[r]? = some (f (x.take (r + 1))) := by
+  unfold rowMapDecoder
+  rw [List.getElem?_map, List.getElem?_range hr]
+  rfl
+
+private theorem vecMulVec_self_mulVec {ι : Type*} [Fintype ι] (u : ι → ℝ) :
+    vecMulVec u u *ᵥ u = (u ⬝ᵥ u) • u := by
+  funext i
+  simp only [Matrix.mulVec, dotProduct, Matrix.vecMulVec_apply, Pi.smul_apply, smul_eq_mul]
+  rw [Finset.sum_mul]
+  exact Finset.sum_congr rfl fun j _ => by ring
+
+private theorem vecMulVec_zero_zero : vecMulVec (0 : Fin 2 × Fin 1 → ℝ) 0 = 0 := by
+  ext i j
+  simp [Matrix.vecMulVec_apply]
+
+private theorem ropeRow_zero (base p : ℝ) : ropeRow I2 base p 0 = 0 := by
+  simp [ropeRow, Matrix.mulVec_zero]
+
+private theorem ropeRow_backRow (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) :
+    ropeRow I2 base 2 (backRow base v) = ropeRow I2 base 1 v := by
+  simp only [ropeRow, backRow, Matrix.one_mulVec, Matrix.mulVec_mulVec, ropeMatrix_mul]
+  norm_num
+
+/-- RoPE keeps lengths: the rotated v has the squared norm of v. -/
+private theorem ropeRow_dot_self (base p : ℝ) (v : Fin 2 × Fin 1 → ℝ) :
+    ropeRow I2 base p v ⬝ᵥ ropeRow I2 base p v = v ⬝ᵥ v := by
+  simp only [ropeRow, Matrix.one_mulVec]
+  nth_rewrite 1 [← Matrix.vecMul_transpose]
+  rw [← Matrix.dotProduct_mulVec, Matrix.mulVec_mulVec, ropeMatrix_orthogonal, Matrix.one_mulVec]
+
+/-- One head on the two-row prefix [0, v] (identity projections): the zero row has score 0 and
+value 0, so the output is e^s / (1 + e^s) · v with s the score of v's own key. -/
+private theorem headRow_two (G : Matrix (Fin 2 × Fin 1) (Fin 2 × Fin 1) ℝ) (base : ℝ)
+    (v : Fin 2 × Fin 1 → ℝ) :
+    headRow G I2 I2 I2 base [0, v]
+      = ((1 + Real.exp (opScore G (ropeRow I2 base 1 v) (ropeRow I2 base 1 v)))⁻¹ *
+          Real.exp (opScore G (ropeRow I2 base 1 v) (ropeRow I2 base 1 v))) • v := by
+  have hpos : ((([0, v] : List (Fin 2 × Fin 1 → ℝ)).length : ℝ) - 1) = 1 := by norm_num
+  have hlast : ([0, v] : List (Fin 2 × Fin 1 → ℝ)).getLastD 0 = v := rfl
+  have hkeys : prefixKeys I2 base [0, v] = [0, ropeRow I2 base 1 v] := by
+    simp [prefixKeys, List.mapIdx_cons, List.mapIdx_nil, ropeRow_zero]
+  have hzero : opScore G (ropeRow I2 base 1 v) 0 = 0 := by
+    simp [opScore, Matrix.mulVec_zero]
+  simp only [headRow, hpos, hlast, hkeys]
+  simp [attendRow, hzero, Matrix.one_mulVec, smul_smul]
+
+private theorem gramOf_two (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) :
+    gramOf I2 base [0, v] = vecMulVec (ropeRow I2 base 1 v) (ropeRow I2 base 1 v) := by
+  simp [gramOf, List.mapIdx_cons, List.mapIdx_nil, ropeRow_zero, vecMulVec_zero_zero]
+
+private theorem gramOf_three (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) :
+    gramOf I2 base [0, v, backRow base v]
+      = vecMulVec (ropeRow I2 base 1 v) (ropeRow I2 base 1 v)
+        + vecMulVec (ropeRow I2 base 1 v) (ropeRow I2 base 1 v) := by
+  simp [gramOf, List.mapIdx_cons, List.mapIdx_nil, ropeRow_zero, vecMulVec_zero_zero,
+    ropeRow_backRow]
+
+/-- e^t / (1 + e^t) is injective. -/
+private theorem softWeight_injective {t t' : ℝ}
+    (h : (1 + Real.exp t)⁻¹ * Real.exp t = (1 + Real.exp t')⁻¹ * Real.exp t') : t = t' := by
+  have h1 : (0 : ℝ) < 1 + Real.exp t := by positivity
+  have h2 : (0 : ℝ) < 1 + Real.exp t' := by positivity
+  rw [inv_mul_eq_div, inv_mul_eq_div, div_eq_div_iff h1.ne' h2.ne'] at h
+  have he : Real.exp t = Real.exp t' := by linear_combination h
+  exact Real.exp_injective he
+
+/-- The score of q against itself under the rank-one Gram q qᵀ is (q·q)²/√2 > 0. -/
+private theorem opScore_gram_pos (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) (hv : 0 < v ⬝ᵥ v) :
+    0 < opScore (vecMulVec (ropeRow I2 base 1 v) (ropeRow I2 base 1 v))
+      (ropeRow I2 base 1 v) (ropeRow I2 base 1 v) := by
+  rw [opScore, vecMulVec_self_mulVec, dotProduct_smul, smul_eq_mul, ropeRow_dot_self]
+  exact div_pos (mul_pos hv hv) (by positivity)
+
+private theorem opScore_add_self {m : ℕ} (G : Matrix (Fin 2 × Fin m) (Fin 2 × Fin m) ℝ)
+    (q : Fin 2 × Fin m → ℝ) : opScore (G + G) q q = 2 * opScore G q q := by
+  simp only [opScore, Matrix.add_mulVec, dotProduct_add]
+  ring
+
+/-- Paper: Rem. 4.9, Prop. 5.2(i). A generated operator breaks prefix consistency: with the
+whole input's Gram as operator (G = D), one head, d = 2 and identity projections, the PLGA
+layer is not prefix consistent — appending R(−1) v to [0, v] doubles the Gram, doubles row 1's
+score and moves row 1. -/
+theorem generatedLayer_not_prefixConsistent :
+    ∃ (gen : Fin 1 → Matrix (Fin 2 × Fin 1) (Fin 2 × Fin 1) ℝ → Matrix (Fin 2 × Fin 1) (Fin 2 × Fin 1) ℝ)
+      (W : Fin 1 → Matrix (Fin 2 × Fin 1) (Fin 2 × Fin 1) ℝ)
+      (post : (Fin 2 × Fin 1 → ℝ) → (Fin 1 → Fin 2 × Fin 1 → ℝ) → Fin 2 × Fin 1 → ℝ) (base : ℝ),
+      ¬ PrefixConsistent (generatedLayer gen W W W base post) := by
+  refine ⟨fun _ D => D, fun _ => I2, fun _ a => a 0, 10000, ?_⟩
+  intro hpc
+  have key := hpc [0, vOnes, backRow 10000 vOnes] 1 (by simp)
+  have htake : ([0, vOnes, backRow 10000 vOnes] : List (Fin 2 × Fin 1 → ℝ)).take (1 + 1)
+      = [0, vOnes] := rfl
+  rw [htake] at key
+  unfold generatedLayer frozenLayer at key
+  rw [rowMapDecoder_getElem? _ _ 1
+      (by simp : 1 < ([0, vOnes, backRow 10000 vOnes] : List (Fin 2 × Fin 1 → ℝ)).length),
+    rowMapDecoder_getElem? _ _ 1 (by simp : 1 < ([0, vOnes] : List (Fin 2 × Fin 1 → ℝ)).length)]
+    at key
+  have hrows : headRow (gramOf I2 10000 [0, vOnes, backRow 10000 vOnes]) I2 I2 I2 10000 [0, vOnes]
+      = headRow (gramOf I2 10000 [0, vOnes]) I2 I2 I2 10000 [0, vOnes] := Option.some.inj key
+  rw [headRow_two, headRow_two, gramOf_three, gramOf_two] at hrows
+  have hv : vOnes ≠ 0 := fun h => by simpa [vOnes] using congrFun h (0, 0)
+  have hs := softWeight_injective (smul_left_injective ℝ hv hrows)
+  have hvv : (0 : ℝ) < vOnes ⬝ᵥ vOnes := by
+    simp only [vOnes, dotProduct, mul_one, Finset.sum_const, Finset.card_univ, Fintype.card_prod,
+      Fintype.card_fin, nsmul_eq_mul]
+    norm_num
+  rw [opScore_add_self] at hs
+  linarith [opScore_gram_pos 10000 vOnes hvv]
 
 end Plga
 

@@ -16,7 +16,13 @@ from plga.errors import LeanSubsetError
 from plga.proofs_bridge.catalog import Catalog
 from plga.proofs_bridge.elaborate import Outside
 from plga.proofs_bridge.library import load_sigs
-from plga.proofs_bridge.parser import MAX_HEADER_CHARS, MAX_TERM_DEPTH, parse_header, parse_term, scan_source
+from plga.proofs_bridge.parser import (
+    MAX_HEADER_CHARS,
+    MAX_TERM_DEPTH,
+    parse_header,
+    parse_term,
+    scan_source,
+)
 from plga.proofs_bridge.statement import Statement
 
 SIGS = load_sigs(Catalog.load().declarations)
