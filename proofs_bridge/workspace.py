@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from ..errors import DataFileError
+from ..errors import DataFileError, UsageError
 from .parser import forbidden_in, read_lean_source
 
 DEPENDENCIES = "dependencies.json"
@@ -92,7 +92,10 @@ def lake_package_name(toml_name: str) -> str:
 
 
 def _load(root: Path) -> tuple[dict[str, Any], dict[str, Any], str, dict[str, Any]]:
-    import tomllib
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        raise UsageError("the Lake workspace gate reads lakefile.toml with tomllib: it needs Python ≥ 3.11") from None
 
     def read(name: str) -> str:
         return read_lean_source(root / name, name)
