@@ -195,8 +195,9 @@ private theorem rowMapDecoder_prefixLocal {σ ρ : Type*} (f : List σ → ρ) :
 private theorem rowLocal_of_prefixLocal {σ ρ : Type*} {F : List σ → List ρ}
     (h : PrefixLocal F) : RowLocal F := by
   intro x y r hxy
-  have e := h x y (r + 1) hxy
-  rw [← List.getElem?_take_of_lt (Nat.lt_succ_self r), e, List.getElem?_take_of_lt (Nat.lt_succ_self r)]
+  -- read row r of the two equal length-(r+1) prefixes of the outputs
+  have e := congrArg (fun l => l[r]?) (h x y (r + 1) hxy)
+  simpa [List.getElem?_take] using e
 
 private theorem foldl_prefixLocal {ι σ : Type*} (ls : List ι) (layer : ι → List σ → List σ)
     (h : ∀ l, PrefixLocal (layer l)) :
@@ -306,7 +307,12 @@ theorem collapsed_prefixConsistentShaped {δ : Type*} [Fintype δ] {L H m : ℕ}
     intro D hD
     obtain ⟨y', rfl⟩ := hD
     exact h l hd y'
-  rw [funext (generatedDecoder_eq_frozen _ _ Wq Wk Wv base post hgen)]
+  rw [funext (generatedDecoder_eq_frozen
+    (fun l hd => plgaGenerator (learner l hd) (W l hd) (B l hd) (P l hd) (a l hd) (ba l hd) ε)
+    (fun l hd => Matrix.reindex (interleave m).symm (interleave m).symm
+      (energyCurvature (hadamardPower (metricTensor (Astar l hd) (W l hd) (B l hd) ε) (P l hd))
+        (a l hd) (ba l hd)))
+    Wq Wk Wv base post hgen)]
   exact frozenDecoder_prefixConsistentShaped _ Wq Wk Wv base post
 
 /-! ### (c) The counterexample: a Gram-dependent operator breaks prefix consistency -/
