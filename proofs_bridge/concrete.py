@@ -20,6 +20,7 @@ and must then fail (the negative controls of ``tests/bridge/test_concrete_decode
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -124,38 +125,45 @@ def _head_row(ctx: Ctx) -> HandResult:
     return HandResult(ctx.max_examples, worst)
 
 
-@check("frozenLayer_eq_sdpaLayer", evidence="concrete-decoder")
-def _frozen_layer(ctx: Ctx) -> HandResult:
+def _agree(ctx: Ctx, draw: Callable[[np.random.Generator, PLDRConfig, Any], tuple[np.ndarray, np.ndarray, str]],
+           what: str) -> HandResult:
+    """``max_examples // 5`` cases on the tiny model: each drawn (got, reference, label) must
+    agree to rounding."""
     rng, worst = ctx.rng, 0.0
     cfg, params = tiny_model(ctx.seed)
     n = max(1, ctx.max_examples // 5)
     for _ in range(n):
+        got, ref, label = draw(rng, cfg, params)
+        err = _worst(got, ref)
+        worst = max(worst, err)
+        expect(err <= ROUNDING, f"{label}: {what} by {err:.2e}")
+    return HandResult(n, worst)
+
+
+@check("frozenLayer_eq_sdpaLayer", evidence="concrete-decoder")
+def _frozen_layer(ctx: Ctx) -> HandResult:
+    def draw(rng: np.random.Generator, cfg: PLDRConfig, params: Any) -> tuple[np.ndarray, np.ndarray, str]:
         gs = _operators(rng, cfg)
         tokens = _tokens(rng, cfg, int(rng.integers(2, 8)))
         h = dec.embed(params, cfg, tokens)
         layer = int(rng.integers(0, cfg.num_layers))
-        support = dec.attention_support(tokens)
-        ref, _, _ = dec.decoder_layer(params, cfg, layer, h, np.arange(tokens.shape[1]), support, constant_g=gs[layer])
+        ref, _, _ = dec.decoder_layer(params, cfg, layer, h, np.arange(tokens.shape[1]), dec.attention_support(tokens),
+                                      constant_g=gs[layer])
         got = sdpa_layer(params, cfg, layer, h, gs[layer], ctx.mutation == "g before rope")
-        err = _worst(got, ref)
-        worst = max(worst, err)
-        expect(err <= ROUNDING, f"layer {layer}, {tokens.shape[1]} tokens: decoder_layer(constant_g) ≠ SDPA layer by {err:.2e}")
-    return HandResult(n, worst)
+        return got, ref, f"layer {layer}, {tokens.shape[1]} tokens"
+
+    return _agree(ctx, draw, "decoder_layer(constant_g) ≠ SDPA layer fed rope(q)·G")
 
 
 @check("frozenDecoder_eq_sdpaDecoder", evidence="concrete-decoder")
 def _frozen_decoder(ctx: Ctx) -> HandResult:
-    rng, worst = ctx.rng, 0.0
-    cfg, params = tiny_model(ctx.seed)
-    n = max(1, ctx.max_examples // 5)
-    for _ in range(n):
+    def draw(rng: np.random.Generator, cfg: PLDRConfig, params: Any) -> tuple[np.ndarray, np.ndarray, str]:
         gs = _operators(rng, cfg)
         tokens = _tokens(rng, cfg, int(rng.integers(1, 8)))
         ref = dec.forward(params, cfg, tokens, constant_g=gs).logits
-        err = _worst(sdpa_logits(params, cfg, tokens, gs, ctx.mutation == "g before rope"), ref)
-        worst = max(worst, err)
-        expect(err <= ROUNDING, f"{tokens.shape[1]} tokens: forward(constant_g) ≠ SDPA decoder by {err:.2e}")
-    return HandResult(n, worst)
+        return sdpa_logits(params, cfg, tokens, gs, ctx.mutation == "g before rope"), ref, f"{tokens.shape[1]} tokens"
+
+    return _agree(ctx, draw, "forward(constant_g) ≠ SDPA decoder fed rope(q)·G")
 
 
 def _prefix_and_cache(ctx: Ctx, params: Any, cfg: PLDRConfig, gs: list[np.ndarray] | None, mode: str) -> float:
