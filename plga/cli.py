@@ -228,7 +228,7 @@ def _load_constant_g(path: str, config: Any) -> list[np.ndarray]:
 
 
 def cmd_theorems(args: argparse.Namespace) -> int:
-    """Run the proofs bridge: derived, symbolic and hand-written checks of every theorem."""
+    """Run the proofs bridge: derived, symbolic, hand-written and concrete-decoder checks of every theorem."""
     from .proofs_bridge.runner import theorems_command
 
     return theorems_command(args.names, as_json=args.json, max_examples=args.max_examples, dps=args.dps,

@@ -24,7 +24,7 @@ def main(argv: list[str] | None = None) -> int:
     a = sub.add_parser("approve", help="approve current statement fingerprints in manifest.json")
     a.add_argument("names", nargs="*")
     a.add_argument("--all", action="store_true")
-    sub.add_parser("gates", help="run the gates (coverage, names, manifest, forbidden tokens)")
+    sub.add_parser("gates", help="run the gates (Lake workspace, forbidden tokens, coverage, names, manifest)")
     sub.add_parser("table", help="print the README's 'What is formalized' table")
     args = p.parse_args(argv)
     try:
