@@ -184,13 +184,16 @@ private theorem rowMapDecoder_prefixLocal {σ ρ : Type*} (f : List σ → ρ) :
   intro x y n h
   apply List.ext_getElem?
   intro i
-  rw [List.getElem?_take, List.getElem?_take]
-  split_ifs with hi
-  · apply rowMapDecoder_rowLocal f x y i
-    have h' := congrArg (List.take (i + 1)) h
+  by_cases hi : i < n
+  · -- row i < n: both inputs agree on their first i+1 rows, and row i sees only those
     have hle : i + 1 ≤ n := hi
-    simpa [List.take_take, Nat.min_eq_left hle, Nat.min_eq_right hle] using h'
-  · rfl
+    have hxy : x.take (i + 1) = y.take (i + 1) := by
+      have h' := congrArg (List.take (i + 1)) h
+      simpa [List.take_take, Nat.min_eq_left hle, Nat.min_eq_right hle] using h'
+    have e := rowMapDecoder_rowLocal f x y i hxy
+    simpa [List.getElem?_take, hi] using e
+  · -- row i ≥ n: both truncated outputs have no row i
+    simp [List.getElem?_take, hi]
 
 private theorem rowLocal_of_prefixLocal {σ ρ : Type*} {F : List σ → List ρ}
     (h : PrefixLocal F) : RowLocal F := by
@@ -329,9 +332,7 @@ private def backRow (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) : Fin 2 × Fin 1 �
 
 private theorem rowMapDecoder_getElem? {σ ρ : Type*} (f : List σ → ρ) (x : List σ) (r : ℕ)
     (hr : r < x.length) : (rowMapDecoder f x)[r]? = some (f (x.take (r + 1))) := by
-  unfold rowMapDecoder
-  rw [List.getElem?_map, List.getElem?_range hr]
-  rfl
+  simp [rowMapDecoder, List.getElem?_range, hr]
 
 private theorem vecMulVec_self_mulVec {ι : Type*} [Fintype ι] (u : ι → ℝ) :
     vecMulVec u u *ᵥ u = (u ⬝ᵥ u) • u := by
@@ -372,8 +373,17 @@ private theorem headRow_two (G : Matrix (Fin 2 × Fin 1) (Fin 2 × Fin 1) ℝ) (
     simp [prefixKeys, List.mapIdx_cons, List.mapIdx_nil, ropeRow_zero]
   have hzero : opScore G (ropeRow I2 base 1 v) 0 = 0 := by
     simp [opScore, Matrix.mulVec_zero]
-  simp only [headRow, hpos, hlast, hkeys]
-  simp [attendRow, hzero, Matrix.one_mulVec, smul_smul]
+  have hweights : ([0, ropeRow I2 base 1 v].map fun k => Real.exp (opScore G (ropeRow I2 base 1 v) k))
+      = [1, Real.exp (opScore G (ropeRow I2 base 1 v) (ropeRow I2 base 1 v))] := by
+    simp [hzero]
+  have hvalues : ([0, v].map fun x => I2 *ᵥ x) = [0, v] := by
+    simp [Matrix.mulVec_zero]
+  have hterms : List.zipWith (fun k w => Real.exp (opScore G (ropeRow I2 base 1 v) k) • w)
+      [0, ropeRow I2 base 1 v] [0, v]
+      = [0, Real.exp (opScore G (ropeRow I2 base 1 v) (ropeRow I2 base 1 v)) • v] := by
+    simp
+  simp only [headRow, hpos, hlast, hkeys, attendRow, hweights, hvalues, hterms, List.sum_cons,
+    List.sum_nil, add_zero, zero_add, smul_smul]
 
 private theorem gramOf_two (base : ℝ) (v : Fin 2 × Fin 1 → ℝ) :
     gramOf I2 base [0, v] = vecMulVec (ropeRow I2 base 1 v) (ropeRow I2 base 1 v) := by
