@@ -23,6 +23,7 @@ import Plga
 #print axioms Plga.generatedDecoder_eq_frozen
 #print axioms Plga.plgaGenerator_const
 #print axioms Plga.collapsed_prefixConsistentShaped
+#print axioms Plga.generatedLayer_not_prefixConsistent
 #print axioms Plga.plga_attention_sdpa_special_case
 #print axioms Plga.plgaAttention_absorb_bias
 #print axioms Plga.plgaAttention_eq_of_row_shift
