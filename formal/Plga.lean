@@ -20,3 +20,4 @@ import Plga.Contraction
 import Plga.Attention
 import Plga.OnlineContract
 import Plga.Collapse
+import Plga.Decoder

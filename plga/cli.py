@@ -189,28 +189,12 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def cmd_theorems(args: argparse.Namespace) -> int:
-    """Run the proofs bridge: derived, symbolic and hand-written checks of every theorem."""
-    from .proofs_bridge import render_formalized_table, render_table, run_all, summary
+    """Run the proofs bridge: derived, symbolic, hand-written and concrete-decoder checks of every theorem."""
+    from .proofs_bridge.runner import theorems_command
 
-    if args.readme_table:
-        print(render_formalized_table(args.formal_dir))
-        return 0
-    if args.max_examples < 1 or not 16 <= args.dps <= 1000:
-        raise UsageError("--max-examples must be ≥ 1 and --dps in [16, 1000]")
-    if args.formal_dir is not None and not (Path(args.formal_dir) / "Plga").is_dir():
-        raise UsageError(f"--formal-dir {args.formal_dir} holds no Plga/ folder of Lean files")
-    results = run_all(max_examples=args.max_examples, dps=args.dps, root=args.formal_dir,
-                      symbolic=not args.no_symbolic, names=args.names or None)
-    if not results:
-        raise UsageError("no theorem was found to check: refusing a vacuous success")
-    if args.names and len(results) != len(set(args.names)):
-        known = {r.name for r in results}
-        raise UsageError(f"unknown theorem(s): {sorted(set(args.names) - known)}")
-    if args.json:
-        print(json.dumps({"summary": summary(results), "results": [r.to_json() for r in results]}, indent=2, ensure_ascii=False))
-    else:
-        print(render_table(results))
-    return 0 if all(r.status == "pass" for r in results) else 1
+    return theorems_command(args.names, as_json=args.json, max_examples=args.max_examples, dps=args.dps,
+                            symbolic=not args.no_symbolic, root=args.formal_dir, readme_table=args.readme_table,
+                            show_progress=not args.no_progress)
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -286,6 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-symbolic", action="store_true", help="skip the sympy proofs")
     p.add_argument("--formal-dir", default=None, help="formal/ tree to read (default: the installed one)")
     p.add_argument("--readme-table", action="store_true", help="print the README's 'What is formalized' table and exit")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar on stderr (also PLGA_NO_PROGRESS=1)")
     p.set_defaults(func=cmd_theorems)
 
     from .conformance.cli import add_conformance_arguments, run_from_args

@@ -4,9 +4,11 @@ Parse every declaration header of ``formal/Plga/*.lean`` with a narrow lark gram
 (:mod:`.parser`), catalog and fingerprint the statements (:mod:`.catalog`), translate the
 statements in the fragment into checks over the reference in float64 and mpmath with
 Hypothesis inputs built to satisfy the hypotheses (:mod:`.statement`, :mod:`.derived`), prove
-the algebraic identities with sympy at small sizes (:mod:`.symbolic`), and check the rest by
-hand (:mod:`.handwritten`). Gates (:mod:`.gates`) keep checks, theorems, definitions and the
-approved manifest in step. Learned from LeanDojo (statement spans) and array-api-tests
+the algebraic identities with sympy at small sizes (:mod:`.symbolic`), check the rest by
+hand (:mod:`.handwritten`, each with a negative control) and the concrete-decoder theorems on
+the real reference decoder (:mod:`.concrete`). Gates (:mod:`.gates`) keep checks, theorems,
+definitions and the approved manifest in step; :mod:`.workspace` checks the Lake workspace
+(pins, package names, imports, proof escapes) without Lean. Learned from LeanDojo (statement spans) and array-api-tests
 (properties derived from a specification, meta-tests that the suite has teeth).
 """
 

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 
-from .parser import LeanSubsetError
+from ..errors import PlgaError
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,23 +19,24 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--max-examples", type=int, default=25)
     t.add_argument("--dps", type=int, default=50)
     t.add_argument("--no-symbolic", action="store_true")
+    t.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     t.add_argument("names", nargs="*", help="only these theorems")
     a = sub.add_parser("approve", help="approve current statement fingerprints in manifest.json")
     a.add_argument("names", nargs="*")
     a.add_argument("--all", action="store_true")
-    sub.add_parser("gates", help="run the gates (coverage, names, manifest, forbidden tokens)")
+    sub.add_parser("gates", help="run the gates (Lake workspace, forbidden tokens, coverage, names, manifest)")
     sub.add_parser("table", help="print the README's 'What is formalized' table")
     args = p.parse_args(argv)
     try:
         return _run(args)
-    except LeanSubsetError as exc:
+    except PlgaError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
 
 
 def _run(args: argparse.Namespace) -> int:
     from .catalog import Catalog
-    from .runner import approve, render_formalized_table, render_table, run_all, summary
+    from .runner import approve, render_formalized_table, theorems_command
 
     if args.cmd == "catalog":
         cat = Catalog.load(args.formal_dir)
@@ -47,13 +47,9 @@ def _run(args: argparse.Namespace) -> int:
                 print(f"{e.kind:8s} {e.full_name:50s} {e.file}:{e.line}  {e.paper or ''}")
         return 0
     if args.cmd == "theorems":
-        res = run_all(max_examples=args.max_examples, dps=args.dps, root=args.formal_dir,
-                      symbolic=not args.no_symbolic, names=args.names or None)
-        if args.json:
-            print(json.dumps({"summary": summary(res), "results": [r.to_json() for r in res]}, indent=2, ensure_ascii=False))
-        else:
-            print(render_table(res))
-        return 0 if all(r.status == "pass" for r in res) else 1
+        return theorems_command(args.names, as_json=args.json, max_examples=args.max_examples, dps=args.dps,
+                                symbolic=not args.no_symbolic, root=args.formal_dir,
+                                show_progress=not args.no_progress)
     if args.cmd == "approve":
         if not args.all and not args.names:
             print("error: give theorem names or --all", file=sys.stderr)
@@ -64,8 +60,9 @@ def _run(args: argparse.Namespace) -> int:
     if args.cmd == "gates":
         from .gates import all_gates
         from .runner import Bridge
+        from .workspace import check_workspace
 
-        problems = all_gates(Bridge(args.formal_dir))
+        problems = {**check_workspace(args.formal_dir), **all_gates(Bridge(args.formal_dir))}
         bad = 0
         for gate, items in problems.items():
             print(f"{gate}: {'ok' if not items else f'{len(items)} problem(s)'}")

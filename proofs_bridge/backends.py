@@ -101,7 +101,6 @@ class F64:
     def __init__(self, dps: int = 50, seed: int = 0):
         self.dps = dps
         self.rng = np.random.default_rng(seed)
-        self.ill_conditioned = 0
 
     # construction
     def lift(self, raw: Any) -> Tr:
@@ -161,7 +160,6 @@ class F64:
             m = _minabs(nz) - b.e
             e = (a.e + _maxabs(v) * b.e) / m + U * _maxabs(v)
         else:
-            self.ill_conditioned += 1
             e = math.inf
         return Tr(v, e)
 
@@ -182,7 +180,6 @@ class F64:
             return Tr(v, U * _maxabs(v) + U)
         if lo > 2 * a.e:
             return Tr(v, a.e / (lo - a.e) + U * _maxabs(v))
-        self.ill_conditioned += 1
         return Tr(v, math.inf)
 
     def sqrt(self, a: Tr) -> Tr:
@@ -218,7 +215,6 @@ class F64:
             return Tr(v, 4 * U * m * (1 + _maxabs(y * logs)))
         lo = _minabs(x[x != 0]) if np.any(x != 0) else math.inf
         if lo <= 2 * a.e:
-            self.ill_conditioned += 1
             return Tr(v, math.inf)
         logs = _maxabs(np.log(np.where(ax == 0, 1.0, ax)))
         return Tr(v, m * (_maxabs(y) * a.e / (lo - a.e) + logs * p.e) + 4 * U * m * (1 + _maxabs(y) * logs))
@@ -260,9 +256,6 @@ class F64:
         if not math.isfinite(tol):
             return True, max(gap, 0.0), tol
         return gap <= tol, max(gap, 0.0), tol
-
-    def truthy_zero(self, a: Tr) -> bool:
-        return bool(np.all(a.v == 0))
 
     # black-box reference calls
     def call(self, fn: Any, args: list[Any]) -> Tr:
@@ -527,9 +520,6 @@ class Exact:
         ok = bool(x < y) if strict else bool(gap <= t)
         return ok, float(max(gap, 0)), float(0 if strict else t)
 
-    def truthy_zero(self, a) -> bool:
-        return all(_is_zero(x) for x in a.flat)
-
     def call(self, fn: Any, args: list[Any]) -> np.ndarray:
         raw = [self.raw(a) if isinstance(a, np.ndarray) and a.dtype == object else _plain(a) for a in args]
         with mpmath.workdps(self.dps):
@@ -556,6 +546,17 @@ def _cofactor_det(m: list[list[Any]]) -> Any:
         total = total + term if j % 2 == 0 else total - term
     return total
 
+
+
+def lift(env: dict[str, Any], backend: Any) -> dict[str, Any]:
+    """``env`` with every float array or scalar lifted into ``backend`` (other values unchanged)."""
+    out = {}
+    for k, v in env.items():
+        if isinstance(v, (np.ndarray, np.floating, float)) and np.asarray(v).dtype.kind == "f":
+            out[k] = backend.lift(np.asarray(v))
+        else:
+            out[k] = v
+    return out
 
 def _is_zero(x: Any) -> bool:
     if isinstance(x, sp.Basic):

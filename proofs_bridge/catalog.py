@@ -78,16 +78,14 @@ class Catalog:
         return [e.decl for e in self.entries]
 
     def theorems(self) -> list[Entry]:
-        return [e for e in self.entries if e.kind in ("theorem", "lemma")]
+        """The public theorems (private ones are proof helpers, not statements the project makes)."""
+        return [e for e in self.entries if e.kind in ("theorem", "lemma") and not e.private]
 
     def definitions(self) -> list[Entry]:
         return [e for e in self.entries if e.kind in ("def", "abbrev")]
 
     def get(self, name: str) -> Entry | None:
         return next((e for e in self.entries if e.name == name or e.full_name == name), None)
-
-    def forbidden(self) -> list[tuple[str, int, str]]:
-        return [(lf.path, line, tok) for lf in self.files for line, tok in lf.forbidden]
 
     def to_json(self) -> str:
         return json.dumps([e.to_json() for e in self.entries], ensure_ascii=False, indent=2)

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
-from .backends import F64, Exact, FinsetV, NonReal
+from .backends import F64, Exact, FinsetV, NonReal, lift
 from .elaborate import Outside
 from .evaluate import Evaluator, Impl
 from .statement import Statement
@@ -37,16 +37,6 @@ class Outcome:
     message: str = ""
     rejected: int = 0
     details: dict[str, Any] = field(default_factory=dict)
-
-
-def lift(env: dict[str, Any], backend: Any) -> dict[str, Any]:
-    out = {}
-    for k, v in env.items():
-        if isinstance(v, (np.ndarray, np.floating, float)) and np.asarray(v).dtype.kind == "f":
-            out[k] = backend.lift(np.asarray(v))
-        else:
-            out[k] = v
-    return out
 
 
 def describe(env: dict[str, Any]) -> str:

@@ -20,7 +20,7 @@ import sympy as sp
 
 from . import syntax as S
 from .backends import FinsetV, Tr
-from .elaborate import INT, NAT, REAL, Env, Outside, Sig, Ty, Typer, is_mat_like, is_real_valued
+from .elaborate import INT, NAT, REAL, Outside, Sig, Ty, Typer, is_mat_like, is_real_valued
 
 
 @dataclass
@@ -455,7 +455,3 @@ def _result_type(t: Typer, at: S.Node, sig: Sig, sub: dict[str, Any]) -> Ty:
     from .elaborate import subst
 
     return subst(sig.result, sub)
-
-
-def make_env(sigs: dict[str, Sig]) -> Env:
-    return Env({}, sigs)

@@ -1,9 +1,8 @@
-"""The bridge's gates: coverage, name correspondence, manifest freshness, forbidden tokens.
+"""The bridge's gates: coverage, name correspondence, paper references, manifest freshness.
 
-Modelled on Book-Companion's ``check_lean.py`` (statement manifest with hashes, negative
-controls that an injected ``sorry`` is rejected) and Math-Foundations' CI token scan
-(``sorry|admit|axiom|unsafe``, whole word, comments included). Each gate returns a list of
-problems; an empty list is green.
+Modelled on Book-Companion's ``check_lean.py`` (statement manifest with hashes). The Lake
+workspace, imports and forbidden tokens are :mod:`.workspace`'s gates. Each gate returns a
+list of problems; an empty list is green.
 """
 
 from __future__ import annotations
@@ -13,11 +12,6 @@ from pathlib import Path
 from .handwritten import HANDWRITTEN
 from .library import reference_names
 from .runner import MANIFEST_PATH, Bridge, load_manifest
-
-
-def forbidden_tokens(bridge: Bridge) -> list[str]:
-    """``file:line: token`` for every whole-word sorry/admit/axiom/unsafe in formal/."""
-    return [f"{f}:{line}: forbidden token {tok!r}" for f, line, tok in bridge.catalog.forbidden()]
 
 
 def check_coverage(bridge: Bridge) -> list[str]:
@@ -72,7 +66,6 @@ def check_manifest(bridge: Bridge, path: Path = MANIFEST_PATH) -> list[str]:
 
 def all_gates(bridge: Bridge, manifest: Path = MANIFEST_PATH) -> dict[str, list[str]]:
     return {
-        "forbidden tokens": forbidden_tokens(bridge),
         "coverage": check_coverage(bridge),
         "paper references": check_papers(bridge),
         "definitions ↔ reference": check_names(bridge),

@@ -33,13 +33,160 @@ class CheckFailure(AssertionError):
 
 @dataclass
 class Ctx:
+    """What a check may vary: sample size, mpmath digits, seed, and a named mutation that a
+    negative control injects (``None``: the real computation).
+
+    Checks reach the reference only through :attr:`spec`, :attr:`ol` and :attr:`mp`, so a
+    mutation of :data:`MUTATIONS` replaces one function there and every check that uses it
+    sees the broken version.
+    """
+
     max_examples: int = 25
     dps: int = 50
     seed: int = 0
+    mutation: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.mutation is not None and self.mutation not in MUTATIONS and self.mutation not in LOCAL_MUTATIONS:
+            raise ValueError(f"unknown mutation {self.mutation!r}")
 
     @property
     def rng(self) -> np.random.Generator:
         return np.random.default_rng(self.seed)
+
+    def _module(self, key: str, module: Any) -> Any:
+        m = MUTATIONS.get(self.mutation or "")
+        if m is None or m[0] != key:
+            return module
+        return _Patched(module, m[1], m[2](getattr(module, m[1])))
+
+    @property
+    def spec(self) -> Any:
+        return self._module("spec", spec)
+
+    @property
+    def ol(self) -> Any:
+        return self._module("ol", ol)
+
+    @property
+    def mp(self) -> Any:
+        return self._module("mp", mpmath)
+
+
+class _Patched:
+    """``module`` with one attribute replaced (the negative controls' mutated reference)."""
+
+    def __init__(self, module: Any, name: str, value: Any):
+        self._module, self._name, self._value = module, name, value
+
+    def __getattr__(self, attr: str) -> Any:
+        return self._value if attr == self._name else getattr(self._module, attr)
+
+
+def _rows_leak_next(real: Callable) -> Callable:
+    def row_map_decoder(f):
+        return lambda x: [f(list(x[: r + 2])) for r in range(len(x) - 1)]
+
+    return row_map_decoder
+
+
+def _pc_off_by_one(real: Callable) -> Callable:
+    def prefix_consistent(F, xs):
+        return all(ol.same(ol.get_opt(F(list(x)), r), ol.get_opt(F(list(x[:r])), r)) for x in xs for r in range(len(x)))
+
+    return prefix_consistent
+
+
+def _pcs_off_by_one(real: Callable) -> Callable:
+    def prefix_consistent_shaped(F, xs):
+        xs = list(xs)
+        return ol.length_preserving(F, xs) and _pc_off_by_one(None)(F, xs)
+
+    return prefix_consistent_shaped
+
+
+def _scaled_rot(real: Callable) -> Callable:
+    return lambda t: np.array([[math.cos(t), -math.sin(2 * t)], [math.sin(2 * t), math.cos(t)]])
+
+
+#: Mutation → (namespace, function, factory of the broken function from the real one). Each
+#: breaks what at least one hand-written check states; :data:`NEGATIVE` names the one per check.
+MUTATIONS: dict[str, tuple[str, str, Callable[[Any], Any]]] = {
+    "online_out reads past t": ("ol", "online_out", lambda real: lambda F, x, t: (F(list(x)) or [None])[-1]),
+    "prefix_consistent_shaped ignores lengths": ("ol", "prefix_consistent_shaped", lambda real: ol.prefix_consistent),
+    "prefix_consistent needs a row": ("ol", "prefix_consistent", lambda real: lambda F, xs: all(
+        ol.get_opt(F(list(x)), r) is not None for x in xs for r in range(len(x))) and real(F, xs)),
+    "length_preserving always holds": ("ol", "length_preserving", lambda real: lambda F, xs: True),
+    "prefix_consistent off by one": ("ol", "prefix_consistent", _pc_off_by_one),
+    "prefix_consistent_shaped off by one": ("ol", "prefix_consistent_shaped", _pcs_off_by_one),
+    "row_map_decoder leaks the next token": ("ol", "row_map_decoder", _rows_leak_next),
+    "global_sum_decoder drops a row": ("ol", "global_sum_decoder", lambda real: lambda x: real(x)[:-1]),
+    "global_sum_decoder sums prefixes": ("ol", "global_sum_decoder",
+                                         lambda real: lambda x: [a + sum(x[: i + 1]) for i, a in enumerate(x)]),
+    "plga_attention without causal mask": ("spec", "plga_attention",
+                                           lambda real: lambda q, g, k, v, support, *a, **kw: real(q, g, k, v, np.ones_like(support), *a, **kw)),
+    "energy_curvature ignores a": ("spec", "energy_curvature", lambda real: lambda a_p, a, b_a: a_p + b_a),
+    "sigmoid scaled by 8": ("spec", "sigmoid", lambda real: lambda u: 8 * real(u)),
+    "density_operator shifted by -2I": ("spec", "density_operator",
+                                        lambda real: lambda q: real(q) - 2 * np.eye(np.shape(q)[-1])),
+    "density_operator plus E00": ("spec", "density_operator", lambda real: lambda q: real(q) + np.eye(np.shape(q)[-1])[:1].T @ np.eye(np.shape(q)[-1])[:1]),
+    "density_operator plus I": ("spec", "density_operator", lambda real: lambda q: real(q) + np.eye(np.shape(q)[-1])),
+    "row_clone plus I": ("spec", "row_clone", lambda real: lambda alpha, n: real(alpha, n) + np.eye(n, len(alpha))),
+    "row_clone is zero": ("spec", "row_clone", lambda real: lambda alpha, n: 0 * real(alpha, n)),
+    "softmax unnormalized": ("spec", "softmax", lambda real: lambda x: np.exp(np.asarray(x, dtype=np.float64))),
+    "masked_softmax unnormalized": ("spec", "masked_softmax",
+                                    lambda real: lambda x, support: np.where(support, np.exp(np.asarray(x, dtype=np.float64)), 0.0)),
+    "rot with sin at twice the angle": ("spec", "rot", _scaled_rot),
+    "rope_matrix at squared positions": ("spec", "rope_matrix", lambda real: lambda p, theta: real(p * abs(p), theta)),
+    "sin scaled by 4": ("mp", "sin", lambda real: lambda x: 4 * real(x)),
+    "metric_learner mixes rows": ("spec", "metric_learner",
+                                  lambda real: lambda d, *a, **kw: real(d + np.mean(d, axis=-2, keepdims=True) * np.arange(1, d.shape[-1] + 1)[:, None], *a, **kw)),
+    "plga_attention unnormalized": ("spec", "plga_attention", lambda real: lambda q, g, k, v, support, *a, **kw: np.where(
+        support, np.exp(spec.plga_scores(q, g, k)), 0.0) @ v),
+}
+
+#: Mutations a check applies to its own construction (the hypothesis it feeds), not to the reference.
+LOCAL_MUTATIONS = ("hypothesis off by rounding", "g before rope", "cache drops a position", "learner not collapsed",
+                   "operator frozen at the prefix's Gram")
+
+#: Hand-written check → the mutation it must reject (its negative control; tests run them all).
+NEGATIVE: dict[str, str] = {
+    "online_causal": "online_out reads past t",
+    "prefixConsistentShaped_getElem": "prefix_consistent_shaped ignores lengths",
+    "constNil_prefixConsistent": "prefix_consistent needs a row",
+    "constNil_not_prefixConsistentShaped": "length_preserving always holds",
+    "prefixConsistent_of_rowLocal": "prefix_consistent off by one",
+    "prefixConsistentShaped_of_rowLocal": "prefix_consistent_shaped off by one",
+    "rowMapDecoder_rowLocal": "row_map_decoder leaks the next token",
+    "rowMapDecoder_lengthPreserving": "row_map_decoder leaks the next token",
+    "rowMapDecoder_prefixConsistent": "row_map_decoder leaks the next token",
+    "rowMapDecoder_prefixConsistentShaped": "row_map_decoder leaks the next token",
+    "rowMapDecoder_block_eq_online": "row_map_decoder leaks the next token",
+    "globalSumDecoder_lengthPreserving": "global_sum_decoder drops a row",
+    "globalSumDecoder_not_prefixConsistent": "global_sum_decoder sums prefixes",
+    "globalSumDecoder_not_prefixConsistentShaped": "global_sum_decoder sums prefixes",
+    "inference_collapse": "hypothesis off by rounding",
+    "generator_collapse": "hypothesis off by rounding",
+    "collapse_prefixConsistent": "plga_attention without causal mask",
+    "collapse_converse_false": "energy_curvature ignores a",
+    "diam_comp_le": "sigmoid scaled by 8",
+    "diam_iterate_le": "sigmoid scaled by 8",
+    "density_posSemidef": "density_operator shifted by -2I",
+    "density_rank": "density_operator plus E00",
+    "density_rank_le": "density_operator plus I",
+    "rowClone_rank_le_one": "row_clone plus I",
+    "rowClone_rank_eq_one": "row_clone is zero",
+    "softmax_eq_iff_shift": "softmax unnormalized",
+    "maskedSoftmax_eq_iff_shift": "masked_softmax unnormalized",
+    "relative_position_of_commute": "rot with sin at twice the angle",
+    "ropeMatrix_relative_position": "rope_matrix at squared positions",
+    "rope_scores_relative": "rope_matrix at squared positions",
+    "norm_one_sub_exp": "sin scaled by 4",
+    "geom_orbit_bound": "sin scaled by 4",
+    "metricLearner_row_eq": "metric_learner mixes rows",
+    "metricLearner_identical_rows": "metric_learner mixes rows",
+    "plgaAttention_eq_of_row_shift": "plga_attention unnormalized",
+}
 
 
 @dataclass
@@ -50,15 +197,21 @@ class HandResult:
 
 
 HANDWRITTEN: dict[str, Callable[[Ctx], HandResult]] = {}
+#: Lean theorem → the evidence its check gives: ``handwritten`` (the statement on reference
+#: functions over constructed instances) or ``concrete-decoder`` (on the real reference decoder).
+EVIDENCE: dict[str, str] = {}
 
 
-def check(name: str) -> Callable[[Callable[[Ctx], HandResult]], Callable[[Ctx], HandResult]]:
+def check(name: str, evidence: str = "handwritten") -> Callable[[Callable[[Ctx], HandResult]], Callable[[Ctx], HandResult]]:
     """Register a hand-written check under the Lean theorem ``name``."""
+    if evidence not in ("handwritten", "concrete-decoder"):
+        raise ValueError(f"unknown evidence {evidence!r}")
 
     def deco(fn: Callable[[Ctx], HandResult]) -> Callable[[Ctx], HandResult]:
         if name in HANDWRITTEN:
             raise ValueError(f"two hand-written checks for {name}")
         HANDWRITTEN[name] = fn
+        EVIDENCE[name] = evidence
         fn.lean_name = name  # type: ignore[attr-defined]
         return fn
 
@@ -86,11 +239,11 @@ def _attention_row(prefix: list[int]) -> float:
     return float(spec.softmax(x)[-1] * x.sum()) if len(prefix) else 0.0
 
 
-def _decoders() -> dict[str, ol.Decoder]:
+def _decoders(ctx: Ctx) -> dict[str, ol.Decoder]:
     return {
-        "rowMap(attention)": ol.row_map_decoder(_attention_row),
-        "rowMap(sum)": ol.row_map_decoder(lambda p: sum(p)),
-        "globalSum": ol.global_sum_decoder,
+        "rowMap(attention)": ctx.ol.row_map_decoder(_attention_row),
+        "rowMap(sum)": ctx.ol.row_map_decoder(lambda p: sum(p)),
+        "globalSum": ctx.ol.global_sum_decoder,
         "constNil": lambda x: [],
         "reverse": lambda x: list(reversed(x)),
         "drop1": lambda x: list(x[1:]),
@@ -114,9 +267,9 @@ def _online_causal(ctx: Ctx) -> HandResult:
         x = _lists(rng, 1)[-1]
         t = int(rng.integers(0, len(x) + 2))
         y = x[:t] + [int(v) for v in rng.integers(0, 7, size=int(rng.integers(0, 4)))]
-        for name, F in _decoders().items():
+        for name, F in _decoders(ctx).items():
             expect(x[:t] == y[:t], "construction")
-            expect(ol.same(ol.online_out(F, x, t), ol.online_out(F, y, t)), f"{name}: x={x} y={y} t={t}")
+            expect(ctx.ol.same(ctx.ol.online_out(F, x, t), ctx.ol.online_out(F, y, t)), f"{name}: x={x} y={y} t={t}")
             n += 1
     return HandResult(n)
 
@@ -125,13 +278,13 @@ def _online_causal(ctx: Ctx) -> HandResult:
 def _pcs_getelem(ctx: Ctx) -> HandResult:
     xs = _lists(ctx.rng, ctx.max_examples)
     n = 0
-    for name, F in _decoders().items():
-        if not ol.prefix_consistent_shaped(F, xs):
+    for name, F in _decoders(ctx).items():
+        if not ctx.ol.prefix_consistent_shaped(F, xs):
             continue  # hypothesis fails on the sample: nothing to check for this decoder
         for x in xs:
             for r in range(len(x)):
-                a, b = ol.get_opt(F(x), r), ol.get_opt(F(x[: r + 1]), r)
-                expect(a is not None and ol.same(a, b), f"{name}: x={x} r={r}: {a} vs {b}")
+                a, b = ctx.ol.get_opt(F(x), r), ctx.ol.get_opt(F(x[: r + 1]), r)
+                expect(a is not None and ctx.ol.same(a, b), f"{name}: x={x} r={r}: {a} vs {b}")
                 n += 1
     expect(n > 0, "no decoder satisfied the hypothesis")
     return HandResult(n)
@@ -140,21 +293,21 @@ def _pcs_getelem(ctx: Ctx) -> HandResult:
 @check("constNil_prefixConsistent")
 def _constnil_pc(ctx: Ctx) -> HandResult:
     xs = _lists(ctx.rng, ctx.max_examples)
-    expect(ol.prefix_consistent(lambda x: [], xs), "const [] is not prefix consistent")
+    expect(ctx.ol.prefix_consistent(lambda x: [], xs), "const [] is not prefix consistent")
     return HandResult(len(xs))
 
 
 @check("constNil_not_prefixConsistentShaped")
 def _constnil_not_pcs(ctx: Ctx) -> HandResult:
-    expect(not ol.length_preserving(lambda x: [], [[0]]), "const [] preserves the length of [0]")
-    expect(not ol.prefix_consistent_shaped(lambda x: [], [[0]]), "witness [0] does not refute")
+    expect(not ctx.ol.length_preserving(lambda x: [], [[0]]), "const [] preserves the length of [0]")
+    expect(not ctx.ol.prefix_consistent_shaped(lambda x: [], [[0]]), "witness [0] does not refute")
     return HandResult(1)
 
 
 def _implication(ctx: Ctx, premise: Callable[[ol.Decoder, list], bool], concl: Callable[[ol.Decoder, list], bool]) -> HandResult:
     xs = _lists(ctx.rng, ctx.max_examples)
     n = held = 0
-    for name, F in _decoders().items():
+    for name, F in _decoders(ctx).items():
         n += 1
         if premise(F, xs):
             held += 1
@@ -165,13 +318,13 @@ def _implication(ctx: Ctx, premise: Callable[[ol.Decoder, list], bool], concl: C
 
 @check("prefixConsistent_of_rowLocal")
 def _pc_of_rl(ctx: Ctx) -> HandResult:
-    return _implication(ctx, lambda F, xs: ol.row_local(F, _prefix_pairs(xs)), ol.prefix_consistent)
+    return _implication(ctx, lambda F, xs: ctx.ol.row_local(F, _prefix_pairs(xs)), ctx.ol.prefix_consistent)
 
 
 @check("prefixConsistentShaped_of_rowLocal")
 def _pcs_of_rl(ctx: Ctx) -> HandResult:
-    return _implication(ctx, lambda F, xs: ol.length_preserving(F, xs) and ol.row_local(F, _prefix_pairs(xs)),
-                        ol.prefix_consistent_shaped)
+    return _implication(ctx, lambda F, xs: ctx.ol.length_preserving(F, xs) and ctx.ol.row_local(F, _prefix_pairs(xs)),
+                        ctx.ol.prefix_consistent_shaped)
 
 
 def _row_fns() -> dict[str, Callable[[list[int]], object]]:
@@ -179,19 +332,19 @@ def _row_fns() -> dict[str, Callable[[list[int]], object]]:
 
 
 #: Lean theorem → (the property of ``rowMapDecoder f`` on the drawn lists, what failing means).
-_ROW_MAP_PROPERTIES: dict[str, tuple[Callable[[Any, list[list[int]]], bool], str]] = {
-    "rowMapDecoder_rowLocal": (lambda dec, xs: ol.row_local(dec, _prefix_pairs(xs)), "not row-local"),
-    "rowMapDecoder_lengthPreserving": (ol.length_preserving, "changes lengths"),
-    "rowMapDecoder_prefixConsistent": (ol.prefix_consistent, "not prefix consistent"),
-    "rowMapDecoder_prefixConsistentShaped": (ol.prefix_consistent_shaped, "not PCS"),
+_ROW_MAP_PROPERTIES: dict[str, tuple[Callable[[Any, Any, list[list[int]]], bool], str]] = {
+    "rowMapDecoder_rowLocal": (lambda o, dec, xs: o.row_local(dec, _prefix_pairs(xs)), "not row-local"),
+    "rowMapDecoder_lengthPreserving": (lambda o, dec, xs: o.length_preserving(dec, xs), "changes lengths"),
+    "rowMapDecoder_prefixConsistent": (lambda o, dec, xs: o.prefix_consistent(dec, xs), "not prefix consistent"),
+    "rowMapDecoder_prefixConsistentShaped": (lambda o, dec, xs: o.prefix_consistent_shaped(dec, xs), "not PCS"),
 }
 
 
-def _row_map_check(holds: Callable[[Any, list[list[int]]], bool], failure: str) -> Callable[[Ctx], HandResult]:
+def _row_map_check(holds: Callable[[Any, Any, list[list[int]]], bool], failure: str) -> Callable[[Ctx], HandResult]:
     def run(ctx: Ctx) -> HandResult:
         xs = _lists(ctx.rng, ctx.max_examples)
         for name, f in _row_fns().items():
-            expect(holds(ol.row_map_decoder(f), xs), f"rowMapDecoder({name}) {failure}")
+            expect(holds(ctx.ol, ctx.ol.row_map_decoder(f), xs), f"rowMapDecoder({name}) {failure}")
         return HandResult(len(xs) * len(_row_fns()))
 
     return run
@@ -206,10 +359,10 @@ def _rm_block(ctx: Ctx) -> HandResult:
     xs = _lists(ctx.rng, ctx.max_examples)
     n = 0
     for name, f in _row_fns().items():
-        F = ol.row_map_decoder(f)
+        F = ctx.ol.row_map_decoder(f)
         for x in xs:
             for r in range(len(x)):
-                expect(ol.same(ol.get_opt(F(x), r), ol.online_out(F, x, r + 1)), f"{name}: x={x} r={r}")
+                expect(ctx.ol.same(ctx.ol.get_opt(F(x), r), ctx.ol.online_out(F, x, r + 1)), f"{name}: x={x} r={r}")
                 n += 1
     return HandResult(n)
 
@@ -217,27 +370,27 @@ def _rm_block(ctx: Ctx) -> HandResult:
 @check("globalSumDecoder_lengthPreserving")
 def _gs_lp(ctx: Ctx) -> HandResult:
     xs = _lists(ctx.rng, ctx.max_examples)
-    expect(ol.length_preserving(ol.global_sum_decoder, xs), "globalSumDecoder changes a length")
+    expect(ctx.ol.length_preserving(ctx.ol.global_sum_decoder, xs), "globalSumDecoder changes a length")
     return HandResult(len(xs))
 
 
 @check("globalSumDecoder_not_prefixConsistent")
 def _gs_not_pc(ctx: Ctx) -> HandResult:
-    expect(ol.global_sum_decoder([0, 1])[0] == 1 and ol.global_sum_decoder([0])[0] == 0, "witness rows")
-    expect(not ol.prefix_consistent(ol.global_sum_decoder, [[0, 1]]), "witness [0, 1] does not refute")
+    expect(ctx.ol.global_sum_decoder([0, 1])[0] == 1 and ctx.ol.global_sum_decoder([0])[0] == 0, "witness rows")
+    expect(not ctx.ol.prefix_consistent(ctx.ol.global_sum_decoder, [[0, 1]]), "witness [0, 1] does not refute")
     return HandResult(1)
 
 
 @check("globalSumDecoder_not_prefixConsistentShaped")
 def _gs_not_pcs(ctx: Ctx) -> HandResult:
-    expect(not ol.prefix_consistent_shaped(ol.global_sum_decoder, [[0, 1]]), "witness [0, 1] does not refute")
+    expect(not ctx.ol.prefix_consistent_shaped(ctx.ol.global_sum_decoder, [[0, 1]]), "witness [0, 1] does not refute")
     return HandResult(1)
 
 
 # --- collapse --------------------------------------------------------------------------------
 
 
-def _toy_model(rng: np.random.Generator, L: int, d: int, vocab: int = 6):
+def _toy_model(ctx: Ctx, rng: np.random.Generator, L: int, d: int, vocab: int = 6):
     """A small causal decoder built from the reference: F(Gs, x) = rows of Σ_l PLGA_l."""
     emb = rng.normal(size=(vocab, d))
 
@@ -247,7 +400,7 @@ def _toy_model(rng: np.random.Generator, L: int, d: int, vocab: int = 6):
         h = emb[np.asarray(x) % vocab]  # [S, d]
         S = len(x)
         causal = np.tril(np.ones((S, S), dtype=bool))
-        out = sum(spec.plga_attention(h, g, h, h, causal) for g in gs)
+        out = sum(ctx.spec.plga_attention(h, g, h, h, causal) for g in gs)
         return [row for row in out]
 
     return F
@@ -261,13 +414,15 @@ def _bitwise_rows(a: list[np.ndarray], b: list[np.ndarray]) -> bool:
 def _inference_collapse(ctx: Ctx) -> HandResult:
     rng = ctx.rng
     L, d = 2, 3
-    F = _toy_model(rng, L, d)
+    F = _toy_model(ctx, rng, L, d)
     gstar = [rng.normal(size=(d, d)) for _ in range(L)]
 
     def s(x):  # the input set
         return len(x) % 2 == 0
 
     def gen(x):
+        if ctx.mutation == "hypothesis off by rounding":  # G(x) is G* only up to one ulp on s
+            return [np.nextafter(g, np.inf) for g in gstar] if s(x) else [g + 0.1 * len(x) for g in gstar]
         return [g.copy() for g in gstar] if s(x) else [g + 0.1 * len(x) for g in gstar]
 
     n = 0
@@ -287,10 +442,12 @@ def _generator_collapse(ctx: Ctx) -> HandResult:
     W, B, P, a, ba = ([rng.normal(size=(d, d)) for _ in range(L)] for _ in range(5))
 
     def A(x):
-        return [m.copy() for m in astar] if len(x) < 4 else [m + 1 for m in astar]
+        if len(x) >= 4:
+            return [m + 1 for m in astar]
+        return [np.nextafter(m, np.inf) if ctx.mutation == "hypothesis off by rounding" else m.copy() for m in astar]
 
     def G(As: list[np.ndarray]) -> list[np.ndarray]:
-        return [spec.energy_curvature(spec.hadamard_power(spec.metric_tensor(As[i], W[i], B[i], eps), P[i]), a[i], ba[i])
+        return [ctx.spec.energy_curvature(ctx.spec.hadamard_power(ctx.spec.metric_tensor(As[i], W[i], B[i], eps), P[i]), a[i], ba[i])
                 for i in range(L)]
 
     n = 0
@@ -305,15 +462,15 @@ def _generator_collapse(ctx: Ctx) -> HandResult:
 def _collapse_pc(ctx: Ctx) -> HandResult:
     rng = ctx.rng
     L, d = 2, 3
-    F = _toy_model(rng, L, d)
+    F = _toy_model(ctx, rng, L, d)
     gstar = [rng.normal(size=(d, d)) for _ in range(L)]
     xs = [x for x in _lists(rng, ctx.max_examples) if x]
-    expect(ol.prefix_consistent(lambda x: F(gstar, x), xs), "hypothesis hF fails for the causal toy model")
+    expect(ctx.ol.prefix_consistent(lambda x: F(gstar, x), xs), "hypothesis hF fails for the causal toy model")
 
     def gen(x):
         return [g.copy() for g in gstar]
 
-    expect(ol.prefix_consistent(lambda x: F(gen(x), x), xs), "collapsed model is not prefix consistent")
+    expect(ctx.ol.prefix_consistent(lambda x: F(gen(x), x), xs), "collapsed model is not prefix consistent")
     return HandResult(len(xs))
 
 
@@ -325,8 +482,8 @@ def _collapse_converse(ctx: Ctx) -> HandResult:
         a1, a2 = rng.normal(size=(d, d)), rng.normal(size=(d, d))
         zero = np.zeros((d, d))
         expect(not np.array_equal(a1, a2), "witnesses equal")
-        expect(np.array_equal(spec.energy_curvature(a1, zero, gstar), gstar), f"d={d}: A1 witness")
-        expect(np.array_equal(spec.energy_curvature(a2, zero, gstar), gstar), f"d={d}: A2 witness")
+        expect(np.array_equal(ctx.spec.energy_curvature(a1, zero, gstar), gstar), f"d={d}: A1 witness")
+        expect(np.array_equal(ctx.spec.energy_curvature(a2, zero, gstar), gstar), f"d={d}: A2 witness")
     return HandResult(4)
 
 
@@ -349,7 +506,7 @@ def _diam_comp(ctx: Ctx) -> HandResult:
         W1, W2 = rng.normal(size=(d, d)), rng.normal(size=(d, d))
         kf, kg = np.linalg.norm(W1, 2), np.linalg.norm(W2, 2) / 4  # σ is 1/4-Lipschitz
         s = rng.normal(size=(int(rng.integers(1, 8)), d))
-        img = np.stack([spec.sigmoid(W2 @ (W1 @ x)) for x in s])
+        img = np.stack([ctx.spec.sigmoid(W2 @ (W1 @ x)) for x in s])
         lhs, rhs = _ediam(img), kg * kf * _ediam(s)
         worst = max(worst, lhs - rhs)
         expect(lhs <= rhs * (1 + 1e-12) + 1e-15, f"ediam {lhs} > {rhs}")
@@ -367,7 +524,7 @@ def _diam_iter(ctx: Ctx) -> HandResult:
         s = rng.normal(size=(int(rng.integers(1, 8)), d))
         img = s.copy()
         for _ in range(N):
-            img = np.stack([spec.sigmoid(W @ x) for x in img])
+            img = np.stack([ctx.spec.sigmoid(W @ x) for x in img])
         expect(_ediam(img) <= k**N * _ediam(s) * (1 + 1e-12) + 1e-15, f"N={N}")
     return HandResult(ctx.max_examples)
 
@@ -391,16 +548,16 @@ def _density_psd(ctx: Ctx) -> HandResult:
     for _ in range(ctx.max_examples):
         S, d = int(rng.integers(1, 6)), int(rng.integers(1, 6))
         Q = rng.uniform(-4, 4, size=(S, d))
-        D = spec.density_operator(Q)
+        D = ctx.spec.density_operator(Q)
         expect(np.array_equal(D, D.T), "not symmetric")
         tol = 8 * d * S * U * float(np.max(np.abs(Q))) ** 2
         lam = float(np.min(np.linalg.eigvalsh(D)))
         worst = max(worst, -lam)
         expect(lam >= -tol, f"eigenvalue {lam} < -{tol}")
-        with mpmath.workdps(ctx.dps):
-            Dm = mp_eval(spec.density_operator, Q, dps=ctx.dps)
-            ev = mpmath.eigsy(mpmath.matrix(Dm.tolist()))[0]
-            expect(min(ev) >= -mpmath.mpf(10) ** (-(ctx.dps - 10)) * (1 + float(np.max(np.abs(D)))), "mp eigenvalue < 0")
+        with ctx.mp.workdps(ctx.dps):
+            Dm = mp_eval(ctx.spec.density_operator, Q, dps=ctx.dps)
+            ev = ctx.mp.eigsy(ctx.mp.matrix(Dm.tolist()))[0]
+            expect(min(ev) >= -ctx.mp.mpf(10) ** (-(ctx.dps - 10)) * (1 + float(np.max(np.abs(D)))), "mp eigenvalue < 0")
     return HandResult(ctx.max_examples, worst)
 
 
@@ -411,7 +568,7 @@ def _density_rank(ctx: Ctx) -> HandResult:
         S, d = int(rng.integers(1, 5)), int(rng.integers(1, 5))
         r = int(rng.integers(0, min(S, d) + 1))
         Q = _lowrank_int(rng, S, d, r)
-        D = mp_eval(spec.density_operator, Q, dps=ctx.dps)  # integer entries: exact
+        D = mp_eval(ctx.spec.density_operator, Q, dps=ctx.dps)  # integer entries: exact
         expect(_rank_exact(D) == _rank_exact(Q.astype(object)), f"rank(QᵀQ) ≠ rank(Q) for Q={Q.tolist()}")
     return HandResult(ctx.max_examples)
 
@@ -422,7 +579,7 @@ def _density_rank_le(ctx: Ctx) -> HandResult:
     for _ in range(ctx.max_examples):
         S, d = int(rng.integers(1, 5)), int(rng.integers(1, 5))
         Q = rng.integers(-3, 4, size=(S, d)).astype(np.float64)
-        D = mp_eval(spec.density_operator, Q, dps=ctx.dps)
+        D = mp_eval(ctx.spec.density_operator, Q, dps=ctx.dps)
         expect(_rank_exact(D) <= min(S, d), f"rank > min(S, d) for Q={Q.tolist()}")
     return HandResult(ctx.max_examples)
 
@@ -433,7 +590,7 @@ def _rc_rank_le(ctx: Ctx) -> HandResult:
     for _ in range(ctx.max_examples):
         d = int(rng.integers(1, 6))
         alpha = rng.integers(-3, 4, size=d).astype(np.float64)
-        expect(_rank_exact(spec.row_clone(alpha, d).astype(object)) <= 1, f"α={alpha}")
+        expect(_rank_exact(ctx.spec.row_clone(alpha, d).astype(object)) <= 1, f"α={alpha}")
     return HandResult(ctx.max_examples)
 
 
@@ -445,7 +602,7 @@ def _rc_rank_eq(ctx: Ctx) -> HandResult:
         alpha = rng.integers(-3, 4, size=d).astype(np.float64)
         if not np.any(alpha):
             alpha[0] = 1.0  # hypothesis α ≠ 0
-        expect(_rank_exact(spec.row_clone(alpha, d).astype(object)) == 1, f"α={alpha}")
+        expect(_rank_exact(ctx.spec.row_clone(alpha, d).astype(object)) == 1, f"α={alpha}")
     return HandResult(ctx.max_examples)
 
 
@@ -463,15 +620,15 @@ def _softmax_iff(ctx: Ctx) -> HandResult:
         n = int(rng.integers(1, 6))
         x, c = rng.uniform(-4, 4, n), float(rng.uniform(-4, 4))
         y = x + c  # ⇐: a common shift gives equal outputs
-        expect(_close(spec.softmax(x), spec.softmax(y), 8), f"shift: x={x} c={c}")
+        expect(_close(ctx.spec.softmax(x), ctx.spec.softmax(y), 8), f"shift: x={x} c={c}")
         # ⇒: the proof's witness c = log Σ e^y − log Σ e^x recovers the shift
-        with mpmath.workdps(ctx.dps):
-            w = mpmath.log(sum(mpmath.exp(v) for v in y)) - mpmath.log(sum(mpmath.exp(v) for v in x))
-            expect(all(abs(mpmath.mpf(yi) - mpmath.mpf(xi) - w) < 1e-12 for xi, yi in zip(x, y, strict=True)), "witness")
+        with ctx.mp.workdps(ctx.dps):
+            w = ctx.mp.log(sum(ctx.mp.exp(v) for v in y)) - ctx.mp.log(sum(ctx.mp.exp(v) for v in x))
+            expect(all(abs(ctx.mp.mpf(yi) - ctx.mp.mpf(xi) - w) < 1e-12 for xi, yi in zip(x, y, strict=True)), "witness")
         if n > 1:  # a non-constant change makes both sides false
             z = x.copy()
             z[0] += 1.0
-            expect(not _close(spec.softmax(x), spec.softmax(z)), f"non-shift z={z} has equal softmax")
+            expect(not _close(ctx.spec.softmax(x), ctx.spec.softmax(z)), f"non-shift z={z} has equal softmax")
     return HandResult(ctx.max_examples)
 
 
@@ -484,11 +641,11 @@ def _msoftmax_iff(ctx: Ctx) -> HandResult:
         J[int(rng.integers(0, n))] = True  # J nonempty
         x, c = rng.uniform(-4, 4, n), float(rng.uniform(-4, 4))
         y = np.where(J, x + c, rng.uniform(-4, 4, n))  # shift on J, anything off J
-        expect(_close(spec.masked_softmax(x, J), spec.masked_softmax(y, J), 8), f"J={J} x={x} y={y}")
+        expect(_close(ctx.spec.masked_softmax(x, J), ctx.spec.masked_softmax(y, J), 8), f"J={J} x={x} y={y}")
         if J.sum() > 1:
             z = x.copy()
             z[int(np.flatnonzero(J)[0])] += 1.0
-            expect(not _close(spec.masked_softmax(x, J), spec.masked_softmax(z, J)), "non-shift on J")
+            expect(not _close(ctx.spec.masked_softmax(x, J), ctx.spec.masked_softmax(z, J)), "non-shift on J")
     return HandResult(ctx.max_examples)
 
 
@@ -503,9 +660,9 @@ def _rel_pos(ctx: Ctx) -> HandResult:
         a, b, u, v = rng.uniform(-4, 4, 4)
         G = a * np.eye(2) + b * spec.rot_j()  # commutes with every rotation (hypothesis)
         for t in rng.uniform(-10, 10, 3):
-            expect(_close(G @ spec.rot(t), spec.rot(t) @ G, 8), "hypothesis")
-        lhs = spec.rot(-u) @ G @ spec.rot(v)
-        rhs = G @ spec.rot(v - u)
+            expect(_close(G @ ctx.spec.rot(t), ctx.spec.rot(t) @ G, 8), "hypothesis")
+        lhs = ctx.spec.rot(-u) @ G @ ctx.spec.rot(v)
+        rhs = G @ ctx.spec.rot(v - u)
         err = float(np.max(np.abs(lhs - rhs)))
         worst = max(worst, err)
         expect(err <= 64 * U * (abs(a) + abs(b) + 1), f"a={a} b={b} u={u} v={v}: {err}")
@@ -531,7 +688,7 @@ def _rope_rel(ctx: Ctx) -> HandResult:
         u, v = rng.uniform(-5, 5, 2)
 
         def R(p, theta=theta):
-            return spec.rope_matrix(p, theta)
+            return ctx.spec.rope_matrix(p, theta)
 
         expect(_close(G @ R(1.3), R(1.3) @ G, 16), "hypothesis")
         err = float(np.max(np.abs(R(u).T @ G @ R(v) - G @ R(v - u))))
@@ -552,7 +709,7 @@ def _rope_scores(ctx: Ctx) -> HandResult:
         q, k = rng.uniform(-3, 3, 2 * m), rng.uniform(-3, 3, 2 * m)
 
         def R(t, theta=theta):
-            return spec.rope_matrix(t, theta)
+            return ctx.spec.rope_matrix(t, theta)
 
         lhs = (R(p) @ q) @ (G @ (R(p2) @ k))
         rhs = q @ ((G @ R(p2 - p)) @ k)
@@ -569,10 +726,10 @@ def _rope_scores(ctx: Ctx) -> HandResult:
 def _norm_one_sub_exp(ctx: Ctx) -> HandResult:
     rng = ctx.rng
     worst = 0.0
-    with mpmath.workdps(ctx.dps):
+    with ctx.mp.workdps(ctx.dps):
         for w in [*rng.uniform(-20, 20, ctx.max_examples), 0.0, 2 * math.pi]:
-            lhs = abs(1 - mpmath.exp(mpmath.mpc(0, w)))
-            rhs = 2 * abs(mpmath.sin(mpmath.mpf(w) / 2))
+            lhs = abs(1 - ctx.mp.exp(ctx.mp.mpc(0, w)))
+            rhs = 2 * abs(ctx.mp.sin(ctx.mp.mpf(w) / 2))
             err = float(abs(lhs - rhs))
             worst = max(worst, abs(abs(1 - np.exp(1j * w)) - 2 * abs(math.sin(w / 2))))
             expect(err <= 1e-40, f"ω={w}: {err}")
@@ -582,15 +739,15 @@ def _norm_one_sub_exp(ctx: Ctx) -> HandResult:
 @check("geom_orbit_bound")
 def _geom_orbit(ctx: Ctx) -> HandResult:
     rng = ctx.rng
-    with mpmath.workdps(ctx.dps):
+    with ctx.mp.workdps(ctx.dps):
         for _ in range(ctx.max_examples):
             w = float(rng.uniform(-7, 7))
             if math.sin(w / 2) == 0:
                 continue
             S = int(rng.integers(0, 200))
-            z = mpmath.exp(mpmath.mpc(0, w))
-            lhs = abs(mpmath.fsum(z ** (n + 1) for n in range(S)))
-            expect(lhs <= 1 / abs(mpmath.sin(mpmath.mpf(w) / 2)) + mpmath.mpf(10) ** -40, f"ω={w} S={S}")
+            z = ctx.mp.exp(ctx.mp.mpc(0, w))
+            lhs = abs(ctx.mp.fsum(z ** (n + 1) for n in range(S)))
+            expect(lhs <= 1 / abs(ctx.mp.sin(ctx.mp.mpf(w) / 2)) + ctx.mp.mpf(10) ** -40, f"ω={w} S={S}")
     return HandResult(ctx.max_examples)
 
 
@@ -616,7 +773,7 @@ def _ml_row_eq(ctx: Ctx) -> HandResult:
         D2[j] = D[i]  # hypothesis D i = D' j
         g, b, units = rng.normal(size=d), rng.normal(size=d), _units(rng, d, F)
         eps = 1e-6
-        A, A2 = spec.metric_learner(D, g, b, units, eps), spec.metric_learner(D2, g, b, units, eps)
+        A, A2 = ctx.spec.metric_learner(D, g, b, units, eps), ctx.spec.metric_learner(D2, g, b, units, eps)
         expect(np.array_equal(A[i], A2[j]), f"rows differ: d={d} i={i} j={j}")
     return HandResult(ctx.max_examples)
 
@@ -628,7 +785,7 @@ def _ml_identical(ctx: Ctx) -> HandResult:
         d, F = int(rng.integers(1, 5)), int(rng.integers(1, 4))
         D = np.tile(rng.normal(size=d), (d, 1))  # hypothesis: all rows equal
         g, b, units = rng.normal(size=d), rng.normal(size=d), _units(rng, d, F)
-        A = spec.metric_learner(D, g, b, units, 1e-6)
+        A = ctx.spec.metric_learner(D, g, b, units, 1e-6)
         expect(all(np.array_equal(A[0], A[i]) for i in range(d)), f"d={d}: rows differ")
     return HandResult(ctx.max_examples)
 
@@ -649,12 +806,12 @@ def _attn_row_shift(ctx: Ctx) -> HandResult:
         w = np.linalg.lstsq(Q, math.sqrt(d) * c, rcond=None)[0]
         u = np.linalg.lstsq(K, np.ones(T), rcond=None)[0]
         G2 = G + np.outer(w, u)
-        shift = spec.plga_scores(Q, G2, K) - spec.plga_scores(Q, G, K) - c[:, None]
+        shift = ctx.spec.plga_scores(Q, G2, K) - ctx.spec.plga_scores(Q, G, K) - c[:, None]
         if np.max(np.abs(shift)) > 1e-9:
             continue  # least squares did not solve exactly (rank deficiency): hypothesis fails
         J = rng.random((S, T)) < 0.7
-        out1 = spec.plga_attention(Q, G2, K, V, J)
-        out2 = spec.plga_attention(Q, G, K, V, J)
+        out1 = ctx.spec.plga_attention(Q, G2, K, V, J)
+        out2 = ctx.spec.plga_attention(Q, G, K, V, J)
         err = float(np.max(np.abs(out1 - out2)))
         worst = max(worst, err)
         expect(err <= 1e-8 * (1 + np.max(np.abs(V))), f"attention changed by {err}")

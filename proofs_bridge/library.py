@@ -20,10 +20,29 @@ from .evaluate import Impl
 from .parser import Declaration, LeanSubsetError, parse_header, parse_term
 from .unfold import MIRRORS, UPSTREAM
 
+#: Definitions of ``formal/Plga/Decoder.lean`` → the reference code they model. They build the
+#: decoder from the spec functions, so they have no one-function mirror in ``LEAN_NAMES``; the
+#: concrete-decoder checks (:mod:`.concrete`) run exactly these reference functions.
+DECODER_MIRRORS: dict[str, str] = {
+    "ropeRow": "spec.rope", "opScore": "spec.plga_scores", "attendRow": "spec.plga_attention",
+    "prefixKeys": "spec.rope", "headRow": "decoder.decoder_layer", "frozenLayer": "decoder.decoder_layer",
+    "sdpaLayer": "spec.sdpa_attention", "gramOf": "spec.density_operator", "generatedLayer": "decoder.decoder_layer",
+    "interleave": "spec.rope", "plgaGenerator": "decoder.power_stage", "frozenDecoder": "decoder.forward",
+    "sdpaDecoder": "spec.sdpa_attention", "generatedDecoder": "decoder.forward",
+}
+
 
 def reference_names() -> dict[str, Any]:
-    """Lean name → Python reference function (spec and online contract)."""
-    return {**spec.LEAN_NAMES, **online.LEAN_NAMES}
+    """Lean name → Python reference function (spec and online contract, and the decoder
+    definitions' mirrors, resolved here so a renamed reference function fails the gate)."""
+    from plga.reference import decoder
+
+    modules = {"spec": spec, "decoder": decoder}
+    mirrors = {}
+    for lean, path in DECODER_MIRRORS.items():
+        mod, _, fn = path.partition(".")
+        mirrors[lean] = getattr(modules[mod], fn)
+    return {**spec.LEAN_NAMES, **online.LEAN_NAMES, **mirrors}
 
 
 def def_body(decl: Declaration) -> S.Node | None:

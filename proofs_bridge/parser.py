@@ -11,20 +11,69 @@ the subset raises :class:`LeanSubsetError` naming file, line and token: never a 
 from __future__ import annotations
 
 import re
+import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
 
-from lark import Lark, Transformer, v_args
+from lark import Lark, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
-from ..errors import LeanSubsetError
+from ..errors import DataFileError, LeanSubsetError
 from . import syntax as S
 
 GRAMMAR_PATH = Path(__file__).with_name("lean_subset.lark")
 
-#: Whole-word tokens the CI gate forbids anywhere in formal/ (comments count, as in CI).
-FORBIDDEN = ("sorry", "admit", "axiom", "unsafe")
+#: Whole-word tokens forbidden anywhere in formal/ (comments count, as in the published CI):
+#: proof escapes (``sorry`` in any spelling, ``admit``, the ``sorryAx`` constant behind both),
+#: postulates, unchecked code and evaluation the kernel does not re-check.
+FORBIDDEN = ("sorry", "sorryAx", "admit", "axiom", "unsafe", "native_decide", "implemented_by", "extern")
+#: ``set_option`` escapes: kernel or elaborator checks switched off.
+_FORBIDDEN_OPTION_RE = re.compile(r"set_option\s+(debug\.[\w.]+|[\w.]+\s+false)")
+_FORBIDDEN_RE = re.compile(r"(?<![\w'])(" + "|".join(FORBIDDEN) + r")(?![\w'!?])")
+
+#: Largest Lean file the bridge reads (the real ones are < 20 KiB).
+MAX_LEAN_BYTES = 1 << 20
+#: Largest header the grammar is given, and the deepest term it may build: the transformer and
+#: every later pass recurse over the tree, so a bound here is what keeps them inside Python's stack.
+MAX_HEADER_CHARS = 20_000
+MAX_TERM_DEPTH = 100
+
+
+def forbidden_in(text: str) -> list[tuple[int, str]]:
+    """``(offset, token)`` of every forbidden token or ``set_option`` escape in ``text``."""
+    hits = [(m.start(), m.group(1)) for m in _FORBIDDEN_RE.finditer(text)]
+    hits += [(m.start(), " ".join(m.group(0).split())) for m in _FORBIDDEN_OPTION_RE.finditer(text)]
+    return sorted(hits)
+
+
+def read_lean_source(path: str | Path, display: str | None = None) -> str:
+    """The text of a regular file of at most :data:`MAX_LEAN_BYTES` (UTF-8).
+
+    A link to a device (``/dev/zero``), a FIFO, a folder or an oversized file is refused with
+    one :class:`DataFileError` line before anything is read.
+    """
+    path = Path(path)
+    name = display or str(path)
+    try:
+        st = path.stat()
+    except OSError as exc:
+        raise DataFileError(f"{name}: cannot read it ({exc.strerror or exc})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise DataFileError(f"{name}: not a regular file (a device, FIFO or folder, or a link to one); refusing to read it")
+    if st.st_size > MAX_LEAN_BYTES:
+        raise DataFileError(f"{name}: {st.st_size} bytes, over the {MAX_LEAN_BYTES}-byte limit for a Lean file")
+    try:
+        with open(path, "rb") as fh:
+            data = fh.read(MAX_LEAN_BYTES + 1)
+    except OSError as exc:
+        raise DataFileError(f"{name}: cannot read it ({exc.strerror or exc})") from None
+    if len(data) > MAX_LEAN_BYTES:
+        raise DataFileError(f"{name}: grew past the {MAX_LEAN_BYTES}-byte limit for a Lean file while being read")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise DataFileError(f"{name}: not UTF-8 text (byte {exc.start})") from None
 
 
 @lru_cache(maxsize=1)
@@ -226,21 +275,45 @@ def parse_header(text: str, file: str = "<string>", line0: int = 1, col0: int = 
 
     ``line0``/``col0`` locate ``text`` in ``file`` so that errors point at the real source.
     """
-    try:
-        tree = grammar().parse(text)
-    except UnexpectedInput as exc:
-        raise _locate(exc, text, file, line0, col0) from None
+    tree = _parse(text, text, file, line0, col0)
     h = _ToAst().transform(tree)
     return S.Header(h.kind, h.name, h.binders, h.type, text)
 
 
 def parse_term(text: str, file: str = "<string>", line0: int = 1, col0: int = 1) -> S.Node:
     """Parse a standalone term (a definition body) in the subset."""
-    try:
-        tree = grammar().parse(":= " + text)
-    except UnexpectedInput as exc:
-        raise _locate(exc, "   " + text, file, line0, col0 - 3) from None
+    tree = _parse(":= " + text, "   " + text, file, line0, col0 - 3)
     return _ToAst().transform(tree)
+
+
+def _parse(source: str, shown: str, file: str, line0: int, col0: int) -> Tree:
+    """The lark tree of ``source``, refused (one located line) when it is too long or too deep
+    for the recursive passes that follow; ``shown`` is the text positions are counted in."""
+    if len(source) > MAX_HEADER_CHARS:
+        raise LeanSubsetError(file, line0, col0, source[:12] + "…",
+                              f"statement of {len(source)} characters, over the bridge's limit of {MAX_HEADER_CHARS}")
+    try:
+        tree = grammar().parse(source)
+    except UnexpectedInput as exc:
+        raise _locate(exc, shown, file, line0, col0) from None
+    except RecursionError:  # pragma: no cover - lark's LALR loop is iterative
+        raise LeanSubsetError(file, line0, col0, source[:12] + "…", "statement nested too deeply") from None
+    depth = _depth(tree)
+    if depth > MAX_TERM_DEPTH:
+        raise LeanSubsetError(file, line0, col0, source[:12] + "…",
+                              f"term nested {depth} deep, over the bridge's limit of {MAX_TERM_DEPTH} "
+                              "(split the statement or name a sub-term with a definition)")
+    return tree
+
+
+def _depth(tree: Tree) -> int:
+    """Depth of a lark tree, without recursion."""
+    deepest, stack = 0, [(tree, 1)]
+    while stack:
+        node, d = stack.pop()
+        deepest = max(deepest, d)
+        stack.extend((c, d + 1) for c in node.children if isinstance(c, Tree))
+    return deepest
 
 
 def _locate(exc: UnexpectedInput, text: str, file: str, line0: int, col0: int) -> LeanSubsetError:
@@ -296,7 +369,6 @@ class Declaration:
 class LeanFile:
     path: str
     declarations: list[Declaration] = field(default_factory=list)
-    forbidden: list[tuple[int, str]] = field(default_factory=list)  # (line, token)
 
 
 _COMMANDS = (
@@ -388,16 +460,13 @@ def scan_file(path: str | Path, display: str | None = None) -> LeanFile:
     Raises :class:`LeanSubsetError` on the first header outside the subset.
     """
     path = Path(path)
-    src = path.read_text(encoding="utf-8")
-    return scan_source(src, display or path.name)
+    return scan_source(read_lean_source(path, display or path.name), display or path.name)
 
 
 def scan_source(src: str, file: str) -> LeanFile:
     """:func:`scan_file` on a string (``file`` names it in messages)."""
     code, docs = strip_comments(src)
     lf = LeanFile(file)
-    for m in re.finditer(r"(?<![\w'.])(" + "|".join(FORBIDDEN) + r")(?![\w'!?])", src):
-        lf.forbidden.append((_line_of(src, m.start()), m.group(1)))
 
     cmds = [(m.start(), m.group(1)) for m in _CMD_RE.finditer(code)]
     scopes: list[tuple[str, str, list[S.Binder]]] = []  # (kind, name, variables)

@@ -4,20 +4,24 @@ from __future__ import annotations
 
 import json
 import math
-import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from ..errors import InputError, UsageError
+from ..progress import progress
+from . import concrete  # noqa: F401  (registers the concrete-decoder checks)
 from .catalog import Catalog, Entry
 from .derived import run_derived
 from .elaborate import Outside
-from .handwritten import HANDWRITTEN, CheckFailure, Ctx
+from .handwritten import EVIDENCE, HANDWRITTEN, CheckFailure, Ctx
 from .library import implementations, load_sigs
+from .parser import forbidden_in
 from .statement import Statement
 from .symbolic import prove
 
 MANIFEST_PATH = Path(__file__).with_name("manifest.json")
+NOT_KERNEL_CHECKED = "not kernel-checked (no Lean toolchain here; run lake build)"
 
 
 @dataclass
@@ -66,21 +70,31 @@ class Bridge:
         return got
 
     def kind(self, entry: Entry) -> str:
-        """``derived`` when the statement is in the fragment, else ``handwritten`` if one is
-        registered, else ``none``."""
+        """The evidence a check gives: ``derived`` when the statement is in the fragment, else the
+        registered check's evidence (``handwritten`` or ``concrete-decoder``), else ``none``."""
         try:
             self.statement(entry)
             return "derived"
         except Outside:
-            return "handwritten" if entry.name in HANDWRITTEN else "none"
+            return EVIDENCE.get(entry.name, "none")
 
     def kernel(self, entry: Entry) -> str:
-        body = entry.decl.body
-        bad = [t for t in ("sorry", "admit") if t in body.split()]
-        return f"forbidden: {', '.join(bad)}" if bad else "not kernel-checked (no Lean toolchain here; run lake build)"
+        """What the Lean side offers: a proof that uses an escape (``by exact (sorry)`` and every
+        other spelling :func:`.parser.forbidden_in` knows), or a proof no kernel has checked."""
+        bad = sorted({tok for _, tok in forbidden_in(entry.decl.body)})
+        return f"forbidden: {', '.join(bad)}" if bad else NOT_KERNEL_CHECKED
 
 
 def check_one(bridge: Bridge, entry: Entry, max_examples: int = 25, dps: int = 50, symbolic: bool = True) -> CheckResult:
+    """Run the one check of ``entry``; a proof that uses a forbidden escape fails whatever the check says."""
+    r = _run_check(bridge, entry, max_examples, dps, symbolic)
+    if r.kernel.startswith("forbidden"):
+        r.status = "fail"
+        r.message = f"the Lean proof uses an escape ({r.kernel}); " + r.message
+    return r
+
+
+def _run_check(bridge: Bridge, entry: Entry, max_examples: int, dps: int, symbolic: bool) -> CheckResult:
     kind = bridge.kind(entry)
     base = dict(name=entry.name, paper=entry.paper, kernel=bridge.kernel(entry), file=entry.file, line=entry.line)
     if kind == "derived":
@@ -93,16 +107,16 @@ def check_one(bridge: Bridge, entry: Entry, max_examples: int = 25, dps: int = 5
             msg = (msg + "; " if msg else "") + f"symbolic: {sym.message}"
         return CheckResult(kind="derived", symbolic=sym_status, status=out.status, examples=out.examples,
                            worst_error=out.worst_error, message=msg, **base)
-    if kind == "handwritten":
+    if entry.name in HANDWRITTEN:
         try:
             r = HANDWRITTEN[entry.name](Ctx(max_examples=max_examples, dps=dps))
-            return CheckResult(kind="handwritten", symbolic="n/a", status="pass", examples=r.examples,
+            return CheckResult(kind=kind, symbolic="n/a", status="pass", examples=r.examples,
                                worst_error=r.worst_error, message=r.message, **base)
         except CheckFailure as exc:
-            return CheckResult(kind="handwritten", symbolic="n/a", status="fail", examples=0, worst_error=math.nan,
+            return CheckResult(kind=kind, symbolic="n/a", status="fail", examples=0, worst_error=math.nan,
                                message=str(exc), **base)
         except (ArithmeticError, ValueError, TypeError, KeyError, IndexError) as exc:
-            return CheckResult(kind="handwritten", symbolic="n/a", status="error", examples=0, worst_error=math.nan,
+            return CheckResult(kind=kind, symbolic="n/a", status="error", examples=0, worst_error=math.nan,
                                message=f"{type(exc).__name__}: {exc}", **base)
     try:
         bridge.statement(entry)
@@ -114,15 +128,49 @@ def check_one(bridge: Bridge, entry: Entry, max_examples: int = 25, dps: int = 5
 
 
 def run_all(max_examples: int = 25, dps: int = 50, root: Path | str | None = None, symbolic: bool = True,
-            names: list[str] | None = None) -> list[CheckResult]:
-    """Check every theorem of formal/ (derived or hand-written) and return the results."""
+            names: list[str] | None = None, show_progress: bool = False) -> list[CheckResult]:
+    """Check every theorem of formal/ (or only ``names``) and return the results.
+
+    An unknown name raises :class:`InputError` naming it; a progress bar goes to stderr when
+    ``show_progress`` and :mod:`plga.progress` allow it.
+    """
     bridge = Bridge(root)
-    out = []
-    for e in bridge.catalog.theorems():
-        if names and e.name not in names:
-            continue
-        out.append(check_one(bridge, e, max_examples=max_examples, dps=dps, symbolic=symbolic))
-    return out
+    theorems = bridge.catalog.theorems()
+    if names:
+        unknown = sorted(set(names) - {e.name for e in theorems})
+        if unknown:
+            raise InputError(f"unknown theorem(s): {', '.join(unknown)} (`plga theorems` with no names checks all "
+                             f"{len(theorems)}; their names are in the README's 'What is formalized' table)")
+        theorems = [e for e in theorems if e.name in names]
+    return [check_one(bridge, e, max_examples=max_examples, dps=dps, symbolic=symbolic)
+            for e in progress(theorems, "theorem checks", show=show_progress)]
+
+
+def theorems_command(names: list[str], *, as_json: bool = False, max_examples: int = 25, dps: int = 50,
+                     symbolic: bool = True, root: Path | str | None = None, readme_table: bool = False,
+                     show_progress: bool = True) -> int:
+    """``plga theorems`` and ``python -m plga.proofs_bridge theorems``: one code path.
+
+    Prints the results table (or JSON) and returns 0 when every check passed, 1 otherwise. A
+    usage mistake (unknown theorem, bad option, no Lean tree) raises a :class:`PlgaError`.
+    """
+    if readme_table:
+        print(render_formalized_table(root))
+        return 0
+    if max_examples < 1 or not 16 <= dps <= 1000:
+        raise UsageError("--max-examples must be ≥ 1 and --dps in [16, 1000]")
+    if root is not None and not (Path(root) / "Plga").is_dir():
+        raise UsageError(f"--formal-dir {root} holds no Plga/ folder of Lean files")
+    results = run_all(max_examples=max_examples, dps=dps, root=root, symbolic=symbolic, names=names or None,
+                      show_progress=show_progress)
+    if not results:
+        raise UsageError("no theorem was found to check: refusing a vacuous success")
+    if as_json:
+        print(json.dumps({"summary": summary(results), "results": [r.to_json() for r in results]},
+                         indent=2, ensure_ascii=False))
+    else:
+        print(render_table(results))
+    return 0 if all(r.status == "pass" for r in results) else 1
 
 
 def summary(results: list[CheckResult]) -> dict[str, Any]:
@@ -139,6 +187,10 @@ def summary(results: list[CheckResult]) -> dict[str, Any]:
         "derived_fraction": derived / n if n else 0.0,
         "algebraic_identities": attempted,
         "proved_symbolically": proved,
+        "handwritten": sum(r.kind == "handwritten" for r in results),
+        "concrete_decoder": sum(r.kind == "concrete-decoder" for r in results),
+        "forbidden_in_proof": sum(r.kernel.startswith("forbidden") for r in results),
+        "kernel_checked": 0,  # no Lean toolchain runs here; `lake build` in formal/ is the only kernel check
     }
 
 
@@ -154,8 +206,10 @@ def render_table(results: list[CheckResult]) -> str:
     lines.append("")
     lines.append(f"derived: {s['derived']}/{s['theorems']} ({pct:.0f}%)")
     lines.append(f"algebraic identities proved symbolically: {s['proved_symbolically']}/{s['algebraic_identities']}")
+    lines.append(f"evidence: {s['derived']} derived from the statement, {s['proved_symbolically']} of them also "
+                 f"symbolic; {s['handwritten']} hand-written; {s['concrete_decoder']} on the concrete reference decoder")
     lines.append(f"status: {s['passed']} pass, {s['failed']} fail, {s['errors']} error; kernel-checked: 0/"
-                 f"{s['theorems']} (no Lean toolchain in this project's CI; `lake build` in formal/ does it)")
+                 f"{s['theorems']} (not compiled: no Lean toolchain in this project's CI; `lake build` in formal/ does it)")
     bad = [r for r in results if r.status != "pass"]
     for r in bad:
         lines.append(f"- `{r.name}` ({r.status}): {r.message}")
@@ -204,14 +258,8 @@ def approve(names: list[str] | None, path: Path = MANIFEST_PATH, root: Path | st
             done.append(e.name)
     missing = set(names or []) - set(done)
     if missing:
-        raise KeyError(f"no theorem named {sorted(missing)} in formal/")
+        raise InputError(f"unknown theorem(s): {', '.join(sorted(missing))}")
     if names is None:  # --all also drops entries of deleted theorems
         manifest = {k: v for k, v in manifest.items() if k in done}
     path.write_text(json.dumps(dict(sorted(manifest.items())), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
     return done
-
-
-def timed_run(**kw: Any) -> tuple[list[CheckResult], float]:
-    t = time.time()
-    res = run_all(**kw)
-    return res, time.time() - t

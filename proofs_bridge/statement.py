@@ -352,7 +352,7 @@ class Statement:
         return env
 
     def _apply(self, r: Rule, env: dict[str, Any], ev: Any, draw: Any, first: bool) -> Any:
-        from .backends import FinsetV
+        from .backends import FinsetV, lift
 
         cur = env[r.target]
         def off(strict: bool, count: int = 1) -> np.ndarray:
@@ -362,8 +362,6 @@ class Statement:
             return np.asarray(ks, dtype=np.float64) / SCALE
 
         def fval(node: S.Node, extra: dict[str, Any] | None = None) -> Any:
-            from .derived import lift
-
             val = ev.value(node, {**lift(env, ev.b), **(extra or {})})
             if isinstance(val, (int, np.integer)):
                 return float(val)

@@ -68,8 +68,9 @@ theorem hadPow_add {d : ℕ} (A P : Matrix (Fin d) (Fin d) ℝ) (hA : ∀ i j, 0
 whatever the (signed) exponent matrix. -/
 theorem hadamardPower_pos {d : ℕ} (A P : Matrix (Fin d) (Fin d) ℝ) (hA : ∀ i j, 0 < A i j)
     (i j : Fin d) : 0 < hadamardPower A P i j := by
+  have h := hA i j
   simp only [hadamardPower, Matrix.of_apply]
-  exact Real.rpow_pos_of_pos (hA i j) (P i j)
+  positivity
 
 /-- Paper: Prop. 3.7. The power tensor A_P = (iSwiGLU(W A + B) + ε)^{⊙P} of the PLGA chain is
 entrywise strictly positive for ε > 0: the power law is well posed. -/

@@ -68,9 +68,9 @@ theorem swiglu_identity_eq_iswiglu {d : ℕ} (x : Fin d → ℝ) :
     swiglu x (1 : Matrix (Fin d) (Fin d) ℝ) 0 (1 : Matrix (Fin d) (Fin d) ℝ) 0
       (1 : Matrix (Fin d) (Fin d) ℝ) 0 = fun i => iswiglu (x i) := by
   funext i
-  simp only [swiglu, Matrix.one_mulVec, Pi.add_apply, Pi.zero_apply, add_zero,
-    iswiglu_eq_mul_silu]
-  ring
+  -- Unfolds to `silu (x i) * x i` (identity weights, zero biases); iSwiGLU is `x i * silu (x i)`.
+  simp only [swiglu, Matrix.one_mulVec, Pi.add_apply, Pi.zero_apply, add_zero]
+  rw [iswiglu_eq_mul_silu, mul_comm]
 
 /-- Paper: Prop. 5.12. The metric learner is one shared row map: output row i depends only
 on input row i (equal input rows, in the same or different matrices, give equal output

