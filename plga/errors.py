@@ -36,6 +36,10 @@ class CheckpointError(InputError):
     too large for what it declares, or not matching its config."""
 
 
+class CollapseRefusedError(UsageError):
+    """``plga audit --collapse`` on a model whose verdict is not "collapsed", without ``--force``."""
+
+
 class DataFileError(InputError):
     """A token, prompt, operator or vector file that cannot be used; the message names it."""
 
@@ -59,6 +63,6 @@ class ImplementationLoadError(PlgaError):
 
 
 __all__ = [
-    "CheckpointError", "DataFileError", "ImplementationLoadError", "InputError", "InputTypeError",
+    "CheckpointError", "CollapseRefusedError", "DataFileError", "ImplementationLoadError", "InputError", "InputTypeError",
     "LeanSubsetError", "NonFiniteError", "PlgaError", "UsageError",
 ]

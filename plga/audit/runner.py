@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
-from ..errors import CheckpointError, DataFileError, UsageError
+from ..errors import CheckpointError, CollapseRefusedError, DataFileError, UsageError
 from ..inputs import sha256_file
 from ..progress import bar as _steps_bar
 from ..progress import progress as _bar
@@ -73,10 +73,6 @@ class AuditSizes:
 
 #: ``--quick``: the same measurements at smoke-test sizes (seconds on the built-in model).
 QUICK = AuditSizes(n_decode_steps=8, n_order_tokens=8, n_pool_rows=16, n_pairs=100, o4_contexts=2, o4_cand_len=3)
-
-
-class CollapseRefused(UsageError):
-    """``--collapse`` on a model whose verdict is not "collapsed", without ``--force``."""
 
 
 def _sha256_file(path: Path) -> str:
@@ -458,7 +454,7 @@ def run_audit(
     strings (need ``tokenizer``, a SentencePiece ``.model`` path), or a prompt file (.npy,
     .json, text); None for the default set. ``sizes``: the published protocol by default.
     ``collapse``: also write ``out_dir/collapsed`` — only when the verdict is "collapsed",
-    unless ``force``; otherwise the audit is written and :class:`CollapseRefused` raised.
+    unless ``force``; otherwise the audit is written and :class:`plga.errors.CollapseRefusedError` raised.
     Returns the audit record (the JSON content); its ``verdict`` comes first.
     """
     t0 = time.perf_counter()
@@ -539,7 +535,7 @@ def run_audit(
     with atomic_path(out / SUMMARY_NAME) as tmp:
         tmp.write_text(summary_markdown(record))
     if refused:
-        raise CollapseRefused(
+        raise CollapseRefusedError(
             f"refusing --collapse: the model is {one_line(v)}; the audit is in {out}/; "
             "--force writes the collapsed checkpoint anyway and records its approximation error"
         )

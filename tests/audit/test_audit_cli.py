@@ -89,6 +89,13 @@ def test_collapse_with_force_records_the_approximation_error(tiny_ckpt, tmp_path
     assert "File check" in (tmp_path / "summary.md").read_text()
 
 
+def test_refusal_is_its_own_error_type(tiny_ckpt, tmp_path):
+    from plga.errors import CollapseRefusedError
+
+    with pytest.raises(CollapseRefusedError, match="refusing --collapse"):
+        run_audit(checkpoint=str(tiny_ckpt), out_dir=tmp_path, collapse=True, sizes=QUICK, progress=False, plots=False)
+
+
 def test_force_without_collapse_is_a_usage_error(tiny_ckpt, tmp_path, capsys):
     assert _run([str(tiny_ckpt), "--out", str(tmp_path), *FAST, "--force"]) == 2
     assert "--force only applies to --collapse" in capsys.readouterr().err
