@@ -9,11 +9,9 @@ traceback (exit 1). Verdicts use 0 (pass) and 1 (fail).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any, NoReturn
 
 import numpy as np
