@@ -1,0 +1,49 @@
+"""Every package of the tree is in pyproject's explicit package list (a non-editable install
+would silently lose one that is not), and the shipped data is declared as package data."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _setuptools_table() -> dict:
+    if sys.version_info < (3, 11):
+        pytest.skip("tomllib needs Python ≥ 3.11")
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+
+
+def _packages_on_disk(package_dir: dict[str, str]) -> set[str]:
+    found = set()
+    for name, folder in package_dir.items():
+        root = REPO / folder
+        for init in root.rglob("__init__.py"):
+            rel = init.parent.relative_to(root)
+            found.add(".".join([name, *rel.parts]) if rel.parts else name)
+    return found
+
+
+def test_every_package_is_listed():
+    """Negative control: the check flags a package dropped from the list."""
+    table = _setuptools_table()
+    assert "plga.conformance.controls" in _packages_on_disk(table["package-dir"]) - (set(table["packages"]) - {"plga.conformance.controls"})
+    listed = set(table["packages"])
+    on_disk = _packages_on_disk(table["package-dir"])
+    assert on_disk - listed == set(), f"packages missing from pyproject's list: {sorted(on_disk - listed)}"
+    assert listed - on_disk <= {"plga._data"}, f"listed packages that do not exist: {sorted(listed - on_disk - {'plga._data'})}"
+
+
+def test_the_data_folder_ships():
+    table = _setuptools_table()
+    assert table["package-dir"]["plga._data"] == "tests/data"
+    patterns = table["package-data"]["plga._data"]
+    for f in (REPO / "tests" / "data").rglob("*"):
+        if f.is_file():
+            rel = f.relative_to(REPO / "tests" / "data").as_posix()
+            assert any(Path(rel).match(p) for p in patterns), f"tests/data/{rel} is not package data"
