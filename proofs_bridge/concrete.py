@@ -189,7 +189,7 @@ def _prefix_and_cache(ctx: Ctx, params: Any, cfg: PLDRConfig, gs: list[np.ndarra
 def _frozen_prefix(ctx: Ctx) -> HandResult:
     cfg, params = tiny_model(ctx.seed)
     gs = _operators(np.random.default_rng(ctx.seed + 1), cfg)
-    return HandResult(max(1, ctx.max_examples // 5), _prefix_and_cache(ctx, params, cfg, gs, "kvg"))
+    return HandResult(max(1, ctx.max_examples // 5), _prefix_and_cache(ctx, params, cfg, gs, "collapsed"))
 
 
 def collapsed_model(ctx: Ctx) -> tuple[PLDRConfig, dict[str, np.ndarray]]:
