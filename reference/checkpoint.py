@@ -218,12 +218,68 @@ def _describe_non_zip(head: bytes) -> str:
     return "it is damaged or not a checkpoint"
 
 
+#: The most nodes a tuple of the pickle may expand to. Tuples that share sub-tuples expand
+#: exponentially (200 nested pairs pickle in a few KB); a dict keyed by one hashes it whole,
+#: so ``torch.load`` itself would never return. Shapes and storage ids have a handful.
+MAX_TUPLE_NODES = 1 << 20
+
+
+def _check_pickle_shape(data: bytes, path: Path) -> None:
+    """Walk the pickle's opcodes (never executing them) tracking how many nodes each tuple
+    expands to, through the memo; refuse the file past :data:`MAX_TUPLE_NODES`."""
+    import pickletools
+
+    stack: list[int] = []  # expanded node count of each stack item (1 for all but tuples)
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name == "MARK":
+                marks.append(len(stack))
+                continue
+            if name in ("TUPLE", "FROZENSET"):
+                start = marks.pop()
+                node = 1 + sum(stack[start:])
+                del stack[start:]
+                stack.append(node)
+            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+                k = int(name[-1])
+                node = 1 + sum(stack[len(stack) - k:])
+                del stack[len(stack) - k:]
+                stack.append(node)
+            elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+                memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+            elif name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo.get(int(arg), 1))
+            elif name == "DUP":
+                stack.append(stack[-1])
+            else:  # any other opcode: pops its inputs (a mark's slice, then what lies below the
+                # mark), pushes plain objects
+                before = op.stack_before
+                if pickletools.markobject in before:
+                    del stack[marks.pop():]
+                    before = before[: before.index(pickletools.markobject)]
+                del stack[len(stack) - len(before):]
+                stack.extend(1 for _ in op.stack_after)
+            if stack and stack[-1] > MAX_TUPLE_NODES:
+                raise CheckpointError(
+                    f"{path}: its pickle builds a tuple of more than {MAX_TUPLE_NODES} nodes from shared parts "
+                    "(hashing it would never end); refusing to load it"
+                )
+    except CheckpointError:
+        raise
+    except (ValueError, IndexError) as exc:  # not a pickle torch.load could read either
+        raise CheckpointError(f"{path} is corrupt: its pickle is malformed ({' '.join(str(exc).split())[:100]})") from None
+
+
 def _check_zip_members(path: Path, archive: zipfile.ZipFile, size: int) -> None:
     """Refuse what ``torch.save`` never writes, then verify every member's CRC-32.
 
     Members must be stored (torch.save never compresses, and a deflate bomb would expand in
     memory before any check), declare no more bytes than the file holds, and ``data.pkl`` be at
-    most :data:`MAX_PICKLE_BYTES`; so ``torch.load`` reads at most the file's size. ``torch.load`` does not check
+    most :data:`MAX_PICKLE_BYTES`; so ``torch.load`` reads at most the file's size. The pickle is
+    then walked by :func:`_check_pickle_shape`. ``torch.load`` does not check
     the checksums the archive carries, so a bit flip in a tensor would load as silently wrong
     weights; reading every member once (bounded by the file size) catches it.
     """
@@ -246,6 +302,9 @@ def _check_zip_members(path: Path, archive: zipfile.ZipFile, size: int) -> None:
         raise CheckpointError(f"{path} is a corrupt zip archive: {text}") from exc
     if bad is not None:
         raise CheckpointError(f"{path} is corrupt: archive member {bad!r} fails its CRC-32 check")
+    for info in archive.infolist():
+        if info.filename.endswith("data.pkl"):
+            _check_pickle_shape(archive.read(info), path)
 
 
 def _check_tensor_kinds(tensors: Mapping[str, Any], path: Path, size: int) -> None:
@@ -306,7 +365,8 @@ def open_pth(path: Path) -> dict[str, Any]:
         ) from None
     path, size = _weights_file(path)
     if not zipfile.is_zipfile(path):
-        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(file_head(path))}")
+        head = file_head(path, 16, "checkpoint", CheckpointError)
+        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(head)}")
     with open_zip(path, size, "checkpoint", CheckpointError, max_entries=MAX_CHECKPOINT_ENTRIES) as archive:
         _check_zip_members(path, archive, size)
     try:
@@ -327,7 +387,10 @@ def open_pth(path: Path) -> dict[str, Any]:
         obj = obj["model_state_dict"]
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a state dict")
-    tensors = {str(k): v for k, v in obj.items()}
+    keys = [k for k in obj if not isinstance(k, str)]
+    if keys:  # never str() them: a pickled key can be a shared structure of exponential repr
+        raise CheckpointError(f"{path}: the state dict has {len(keys)} keys that are not strings (a {type(keys[0]).__name__})")
+    tensors = dict(obj.items())
     _check_tensor_kinds(tensors, path, size)
     return tensors
 

@@ -368,6 +368,76 @@ def test_zip_directories_listing_too_many_members_are_refused_unparsed(tmp_path)
         inputs.load_tokens(path)
 
 
+def test_too_many_ids_or_prompts_are_refused(tmp_path):
+    """JSON within the 16 MiB cap can still list millions of ids or prompts: both are bounded."""
+    n = inputs.MAX_TOKEN_IDS + 1
+    (tmp_path / "ids.json").write_text("[" + ",".join(["1"] * n) + "]")
+    with pytest.raises(DataFileError, match=rf"holds {n} ids; at most {inputs.MAX_TOKEN_IDS}"):
+        inputs.load_tokens(tmp_path / "ids.json")
+    (tmp_path / "prompts.txt").write_text("a\n" * (inputs.MAX_PROMPTS + 1))
+    with pytest.raises(DataFileError, match=rf"holds {inputs.MAX_PROMPTS + 1} prompts; at most {inputs.MAX_PROMPTS}"):
+        inputs.load_prompts(tmp_path / "prompts.txt")
+    (tmp_path / "prompts.txt").write_text("a\n" * inputs.MAX_PROMPTS)  # negative control
+    assert len(inputs.load_prompts(tmp_path / "prompts.txt")[1]) == inputs.MAX_PROMPTS
+
+
+class _OrderedItems:
+    """Pickles as ``collections.OrderedDict(items)`` without building (hashing) it here."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __reduce__(self):
+        import collections
+
+        return (collections.OrderedDict, (self.items,))
+
+
+def test_exponential_pickled_keys_are_refused_unbuilt(tmp_path):
+    """A state-dict key that is a tuple of pairs shared 200 levels deep pickles in a few KB and
+    expands to 2^200 nodes: building the dict hashes it whole, so ``torch.load`` never returns
+    (observed: 2^22 nodes take 65 ms, doubling per level). The pickle's opcodes are walked
+    first and the file refused; a key that is merely not a string is refused by type."""
+    key = ()
+    for _ in range(200):
+        key = (key, key)
+    items = [*_state().items(), (key, torch.zeros(1))]
+    torch.save({"model_state_dict": _OrderedItems(items)}, tmp_path / "model.pth")
+    assert (tmp_path / "model.pth").stat().st_size < 1 << 20
+    result = run_limited(f"""
+        from plga.reference.checkpoint import load_checkpoint
+        call = lambda: load_checkpoint({str(tmp_path / "model.pth")!r})
+    """)
+    assert_refused(result, "CheckpointError", "model.pth", "builds a tuple of more than 1048576 nodes")
+    control = f"import torch; torch.load({str(tmp_path / 'model.pth')!r}, weights_only=True)"
+    with pytest.raises(subprocess.TimeoutExpired):  # negative control: unguarded, it never returns
+        subprocess.run([sys.executable, "-c", control], capture_output=True, timeout=10)
+    small = [*_state().items(), ((1, 2), torch.zeros(1))]
+    torch.save({"model_state_dict": _OrderedItems(small)}, tmp_path / "tuple_key.pth")
+    with pytest.raises(CheckpointError, match=r"tuple_key\.pth: the state dict has 1 keys that are not strings \(a tuple\)"):
+        load_checkpoint(tmp_path / "tuple_key.pth")
+
+
+def test_operator_audit_files_are_read_within_bounds(tmp_path, npz_bomb):
+    """The reader for ``plga audit --operators``: every operator array, or one by name; a bomb
+    and arrays that are not operator stacks are refused before their data is read."""
+    g = np.random.default_rng(1).standard_normal((2, 3, 4, 4))
+    np.savez_compressed(tmp_path / "ops.npz", G_LM=g, eye=np.broadcast_to(np.eye(4), (1, 3, 4, 4)))
+    got = inputs.load_operator_arrays(tmp_path / "ops.npz")
+    with np.load(tmp_path / "ops.npz") as z:  # negative control: the same arrays as NumPy reads them
+        assert set(got) == set(z.files) and all(np.array_equal(got[k], z[k]) for k in z.files)
+    assert set(inputs.load_operator_arrays(tmp_path / "ops.npz", key="eye")) == {"eye"}
+    with pytest.raises(DataFileError, match=r"has no array 'G'; it holds \['G_LM', 'eye'\]"):
+        inputs.load_operator_arrays(tmp_path / "ops.npz", key="G")
+    np.save(tmp_path / "one.npy", g[0])
+    assert np.array_equal(inputs.load_operator_arrays(tmp_path / "one.npy")["G"], g[0])
+    np.savez(tmp_path / "flat.npz", G=np.zeros(5))
+    with pytest.raises(DataFileError, match=r"shape \(5,\); operators are"):
+        inputs.load_operator_arrays(tmp_path / "flat.npz")
+    with pytest.raises(DataFileError, match=r"tokens\.npz declares \d+ bytes of arrays .* decompression bomb"):
+        inputs.load_operator_arrays(npz_bomb)
+
+
 # --- 3. one line instead of a traceback ------------------------------------------------------
 
 
