@@ -32,8 +32,10 @@ pytest.importorskip("safetensors")
 
 CONFIG = PLDRConfig.from_name("tiny")  # 1 layer, 2 heads of d = 8, vocab 37, context 64
 PARAMS = random_params(CONFIG, seed=0)
-#: Address-space cap of the child processes: torch + plga take ~0.7 GiB, so ~1.3 GiB are left.
+#: Address-space cap of the child processes: torch + plga take ~0.7 GiB of it, so ~1.3 GiB are
+#: left; without torch, NumPy + plga take ~0.15 GiB of :data:`MEMORY_LIMIT_NUMPY`.
 MEMORY_LIMIT = 2 << 30
+MEMORY_LIMIT_NUMPY = 1 << 30
 #: Zeros a decompression bomb expands to: more than the child has left under MEMORY_LIMIT.
 BOMB_BYTES = 1536 << 20
 TIMEOUT_S = 60
@@ -42,18 +44,21 @@ TIMEOUT_S = 60
 # --- child processes -------------------------------------------------------------------------
 
 
-def run_limited(body: str) -> subprocess.CompletedProcess[str]:
-    """Run ``body`` in a fresh interpreter capped at :data:`MEMORY_LIMIT` bytes of address space.
+def run_limited(body: str, *, with_torch: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a fresh interpreter capped at :data:`MEMORY_LIMIT` bytes of address space
+    (:data:`MEMORY_LIMIT_NUMPY` without torch).
 
     ``body`` sets ``call`` to a zero-argument function; a ``PlgaError`` it raises is printed as
     ``REFUSED <class>: <message>`` (exit 0); anything else escapes as a traceback (exit 1).
+    ``with_torch`` imports torch first (under the cap, as the CLI would).
     """
     code = textwrap.dedent("""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
-        import numpy as np, torch  # noqa: F401  (imported before the call, as the CLI does)
+        import numpy as np
+        {torch}
         from plga.errors import PlgaError
-    """).format(limit=MEMORY_LIMIT) + textwrap.dedent(body) + textwrap.dedent("""
+    """).format(limit=MEMORY_LIMIT if with_torch else MEMORY_LIMIT_NUMPY, torch="import torch" if with_torch else "") + textwrap.dedent(body) + textwrap.dedent("""
         try:
             result = call()
         except PlgaError as exc:
@@ -187,13 +192,13 @@ def test_stride_zero_view_in_a_pth_is_refused_before_it_is_copied(tmp_path):
     result = run_limited(f"""
         from plga.reference.checkpoint import load_checkpoint
         call = lambda: load_checkpoint({str(path)!r}, max_seq_len=64)
-    """)
+    """, with_torch=True)
     assert_refused(result, "CheckpointError", "model.pth", "final_layer.bias", "view repeating its data")
     control = run_limited(f"""
         def call():
             t = torch.load({str(path)!r}, weights_only=True)["model_state_dict"]["final_layer.bias"]
             return t.numpy().copy()
-    """)
+    """, with_torch=True)
     assert_unguarded_fails(control)
 
 
@@ -221,11 +226,11 @@ def test_deflate_bomb_pth_is_refused_unread(pth_bomb):
     result = run_limited(f"""
         from plga.reference.checkpoint import load_checkpoint
         call = lambda: load_checkpoint({str(pth_bomb)!r})
-    """)
+    """, with_torch=True)
     assert_refused(result, "CheckpointError", "bomb.pth", "is compressed", "torch.save never compresses")
     control = run_limited(f"""
         call = lambda: torch.load({str(pth_bomb)!r}, weights_only=True)
-    """)
+    """, with_torch=True)
     assert_unguarded_fails(control)
 
 
@@ -307,7 +312,7 @@ def test_links_to_dev_zero_are_refused_unread(tmp_path):
                     raise AssertionError("accepted a link to /dev/zero")
             raise PlgaError("all refused")
     """
-    result = run_limited(body)
+    result = run_limited(body, with_torch=True)
     assert_refused(result, "PlgaError", "all refused")
     assert result.stderr.count("refused:") == 9, result.stderr
     control = run_limited(f"""
@@ -407,7 +412,7 @@ def test_exponential_pickled_keys_are_refused_unbuilt(tmp_path):
     result = run_limited(f"""
         from plga.reference.checkpoint import load_checkpoint
         call = lambda: load_checkpoint({str(tmp_path / "model.pth")!r})
-    """)
+    """, with_torch=True)
     assert_refused(result, "CheckpointError", "model.pth", "builds a tuple of more than 1048576 nodes")
     control = f"import torch; torch.load({str(tmp_path / 'model.pth')!r}, weights_only=True)"
     with pytest.raises(subprocess.TimeoutExpired):  # negative control: unguarded, it never returns
