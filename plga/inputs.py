@@ -220,53 +220,20 @@ def _read_npy(fh: Any, available: int, where: str, error: ErrorType, check: Arra
     return flat.reshape(shape, order="F" if fortran else "C").copy()
 
 
-def read_array(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, keys: Sequence[str] = (),
-               error: ErrorType = DataFileError, max_bytes: int) -> np.ndarray:
-    """One array of a ``.npy`` or ``.npz`` file (recognised by content, not suffix).
-
-    An ``.npz`` gives the first of ``keys`` it holds, else its only array. ``check(shape,
-    dtype)`` vets the declared array before its data is read; the file may hold at most
-    ``max_bytes`` (and a zip member may not declare more than it needs).
-    """
-    p, size = regular_file(path, what, error)
-    if size > max_bytes:
-        raise error(f"{what} {p} is {size} bytes; at most {max_bytes} are read for it")
-    head = file_head(p, 8, what, error)
-    if head.startswith(NPY_MAGIC):
-        with open(p, "rb") as fh:
-            return _read_npy(fh, size, f"{what} {p}", error, check)
-    if not head.startswith(ZIP_MAGIC):
-        raise error(f"{what} {p} is neither a .npy nor a .npz array file")
-    with open_zip(p, size, what, error) as archive:
-        names = [n for n in archive.namelist() if n.endswith(".npy")]
-        chosen = next((f"{k}.npy" for k in keys if f"{k}.npy" in names), None)
-        if chosen is None and len(names) == 1:
-            chosen = names[0]
-        if chosen is None:
-            listed = sorted(n[:-4] for n in names)[:20]
-            wanted = f"an array named {' or '.join(keys)}, or " if keys else ""
-            raise error(f"{what} {p} must hold {wanted}exactly one array; it holds {listed}")
-        info = archive.getinfo(chosen)
-        where = f"{what} {p} (array {chosen[:-4]!r})"
-        try:
-            with archive.open(info) as fh:
-                array = _read_npy(fh, info.file_size, where, error, check)
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
-            raise error(f"{where} is damaged: {' '.join(str(exc).split())[:200]}") from None
-    return array
-
-
 #: The most bytes that the compressed members of an ``.npz`` may inflate to, in all, beyond
 #: the file's own size (a stack of identity operators compresses ~50:1, a deflate bomb ~1000:1).
 MAX_INFLATED_BYTES = 256 << 20
 
 
-def read_arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, only: str | None = None,
-                error: ErrorType = DataFileError) -> dict[str, np.ndarray]:
-    """Every array of an ``.npz`` (or just ``only``), or the one array of a ``.npy`` (named
-    ``""``), each vetted by ``check(shape, dtype)`` before its data is read. The members'
-    declared sizes may total at most the file's size plus :data:`MAX_INFLATED_BYTES`."""
+def _arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, error: ErrorType,
+            select: Callable[[list[str]], list[str]], max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npy`` (one, named ``""``) or of an ``.npz`` (the members ``select``
+    picks from the names it lists), recognised by content, each vetted by ``check`` before its
+    data is read. The file may be at most ``max_bytes``; the picked members may declare at most
+    the file's size plus :data:`MAX_INFLATED_BYTES`."""
     p, size = regular_file(path, what, error)
+    if max_bytes is not None and size > max_bytes:
+        raise error(f"{what} {p} is {size} bytes; at most {max_bytes} are read for it")
     head = file_head(p, 8, what, error)
     if head.startswith(NPY_MAGIC):
         with open(p, "rb") as fh:
@@ -275,12 +242,8 @@ def read_arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, o
         raise error(f"{what} {p} is neither a .npy nor a .npz array file")
     out: dict[str, np.ndarray] = {}
     with open_zip(p, size, what, error) as archive:
-        infos = [i for i in archive.infolist() if i.filename.endswith(".npy")]
-        if only is not None:
-            names = sorted(i.filename[:-4] for i in infos)
-            infos = [i for i in infos if i.filename == f"{only}.npy"]
-            if not infos:
-                raise error(f"{what} {p} has no array {only!r}; it holds {names[:20]}")
+        members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
+        infos = [members[name] for name in select(sorted(members))]
         declared = sum(i.file_size for i in infos)
         if declared > size + MAX_INFLATED_BYTES:
             raise error(f"{what} {p} declares {declared} bytes of arrays in {size} bytes; at most "
@@ -290,11 +253,40 @@ def read_arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, o
             try:
                 with archive.open(info) as fh:
                     out[info.filename[:-4]] = _read_npy(fh, info.file_size, where, error, check)
+            except PlgaError:
+                raise
             except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
                 raise error(f"{where} is damaged: {' '.join(str(exc).split())[:200]}") from None
     if not out:
         raise error(f"{what} {p} holds no arrays")
     return out
+
+
+def read_array(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, keys: Sequence[str] = (),
+               error: ErrorType = DataFileError, max_bytes: int) -> np.ndarray:
+    """One array of a ``.npy`` or ``.npz`` file of at most ``max_bytes`` (see :func:`_arrays`):
+    of an ``.npz``, the first of ``keys`` it holds, else its only array."""
+    def one(names: list[str]) -> list[str]:
+        chosen = next((k for k in keys if k in names), names[0] if len(names) == 1 else None)
+        if chosen is None:
+            wanted = f"an array named {' or '.join(keys)}, or " if keys else ""
+            raise error(f"{what} {path} must hold {wanted}exactly one array; it holds {names[:20]}")
+        return [chosen]
+
+    (array,) = _arrays(path, what, check, error, one, max_bytes).values()
+    return array
+
+
+def read_arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, only: str | None = None,
+                error: ErrorType = DataFileError) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` (or just ``only``), or the one array of a ``.npy`` (named
+    ``""``), each vetted by ``check(shape, dtype)`` before its data is read (see :func:`_arrays`)."""
+    def pick(names: list[str]) -> list[str]:
+        if only is not None and only not in names:
+            raise error(f"{what} {path} has no array {only!r}; it holds {names[:20]}")
+        return names if only is None else [only]
+
+    return _arrays(path, what, check, error, pick)
 
 
 def load_operator_arrays(path: str | os.PathLike[str], key: str | None = None) -> dict[str, np.ndarray]:

@@ -239,7 +239,7 @@ def test_deflate_bomb_npz_token_file_is_refused_unread(npz_bomb):
         from plga.inputs import load_tokens
         call = lambda: load_tokens({str(npz_bomb)!r})
     """)
-    assert_refused(result, "DataFileError", "tokens.npz", "declares 201326592 ids")
+    assert_refused(result, "DataFileError", "tokens.npz", "declares 1610612864 bytes of arrays", "decompression bomb")
     control = run_limited(f"""
         call = lambda: np.load({str(npz_bomb)!r})["tokens"]
     """)
