@@ -5,6 +5,12 @@ NumPy arrays as stored (float32 for released checkpoints). Nothing here ever run
 unrestricted pickle: ``.pth`` files go through ``torch.load(weights_only=True)``; safetensors
 need no torch at all.
 
+Hostile files cost at most their own size: only regular files are opened; a ``.pth`` is
+checked from its zip directory (stored members, sizes, CRC-32s) and its pickle's opcodes
+before ``torch.load``, and its tensors (kinds, views that repeat data) before any is copied;
+keys and shapes are checked against the configuration (:class:`PLDRConfig` bounds every field)
+before the weights are converted. Every refusal is one :class:`CheckpointError` naming the file.
+
 This module is also the one home of the *collapsed* checkpoint format (SPEC §3, inference
 collapse) and of writing model folders (:func:`save_safetensors`). A collapsed checkpoint is a
 folder with ``model.safetensors`` and ``config.json``:
@@ -94,10 +100,10 @@ MAX_KEYS_NAMED = 20
 
 
 def _named(keys: list[str]) -> str:
-    """``keys`` as a list literal, cut to :data:`MAX_KEYS_NAMED` entries with the rest counted."""
-    if len(keys) <= MAX_KEYS_NAMED:
-        return str(keys)
-    return f"{keys[:MAX_KEYS_NAMED]} and {len(keys) - MAX_KEYS_NAMED} more"
+    """``keys`` as a list literal, cut to :data:`MAX_KEYS_NAMED` entries (each to 100
+    characters: a hostile key may be a megabyte long) with the rest counted."""
+    shown = [k if len(k) <= 100 else f"{k[:97]}..." for k in keys[:MAX_KEYS_NAMED]]
+    return str(shown) if len(keys) <= MAX_KEYS_NAMED else f"{shown} and {len(keys) - MAX_KEYS_NAMED} more"
 
 
 def expected_count(config: PLDRConfig) -> int:
@@ -315,19 +321,19 @@ def _check_tensor_kinds(tensors: Mapping[str, Any], path: Path, size: int) -> No
     total = 0
     for key, t in tensors.items():
         if not isinstance(t, torch.Tensor):
-            raise CheckpointError(f"{path}: entry {key!r} is a {type(t).__name__}, not a tensor")
+            raise CheckpointError(f"{path}: entry {_named([key])[1:-1]} is a {type(t).__name__}, not a tensor")
         kind = ("a meta tensor (no data)" if t.is_meta else "a nested tensor" if t.is_nested
                 else f"a {t.layout} tensor" if t.layout != torch.strided
                 else "a quantized tensor" if t.is_quantized else None)
         if kind is None and str(t.dtype).removeprefix("torch.") not in _READABLE_DTYPES:
             kind = f"a {str(t.dtype).removeprefix('torch.')} tensor"
         if kind is not None:
-            raise CheckpointError(f"{path}: {key!r} is {kind}; weights must be dense float tensors with their data")
+            raise CheckpointError(f"{path}: {_named([key])[1:-1]} is {kind}; weights must be dense float tensors with their data")
         nbytes = t.numel() * t.element_size()
         stored = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
         if nbytes > stored or any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape, strict=True)):
             raise CheckpointError(
-                f"{path}: {key!r} of shape {tuple(t.shape)} is a view repeating its data "
+                f"{path}: {_named([key])[1:-1]} of shape {tuple(t.shape)} is a view repeating its data "
                 f"({nbytes} bytes from {max(stored, 0)} stored); weights must hold their own data"
             )
         total += nbytes

@@ -559,6 +559,18 @@ def test_tensor_kinds_numpy_cannot_hold_are_one_error(tmp_path, make, message):
         load_checkpoint(path)
 
 
+def test_megabyte_key_names_are_cut_in_messages(tmp_path):
+    long_key = "decoder." + "x" * 10**6
+    extra = _pth(tmp_path / "extra.pth", _state() | {long_key: torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r"unexpected keys \['decoder\.x+\.\.\.'\]") as info:
+        load_checkpoint(extra, max_seq_len=64)
+    assert len(str(info.value)) < 1000
+    meta = _pth(tmp_path / "meta.pth", _state() | {long_key: torch.zeros(1, device="meta")})
+    with pytest.raises(CheckpointError, match=r"'decoder\.x+\.\.\.' is a meta tensor") as info:
+        load_checkpoint(meta)
+    assert len(str(info.value)) < 1000
+
+
 # --- 4. errors a user can act on -------------------------------------------------------------
 
 
