@@ -198,13 +198,17 @@ def _read_npy(fh: Any, available: int, where: str, error: ErrorType, check: Arra
 
     try:
         version = npy.read_magic(fh)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unknown .npy format version {version}")
         header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
         shape, fortran, dtype = header(fh)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError, zipfile.BadZipFile) as exc:
+    except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, zipfile.BadZipFile) as exc:
         raise error(f"{where} is not a readable .npy array: {' '.join(str(exc).split())[:200]}") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise error(f"{where} holds {dtype} values; only plain numeric arrays are read (never pickled objects)")
     shape = tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise error(f"{where} declares the negative shape {shape}")
     check(shape, dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     header_end = fh.tell()

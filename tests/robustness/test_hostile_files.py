@@ -517,6 +517,37 @@ def test_bad_npy_token_arrays_are_one_error(tmp_path, array, message):
         inputs.load_tokens(path)
 
 
+def _npy_with_header(path: Path, body: str, version: bytes = b"\x01\x00") -> Path:
+    """A .npy of the given header dictionary text (no data), padded as NumPy pads it."""
+    import struct
+
+    head = body.encode() + b" " * ((64 - (len(body) + 11) % 64) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY" + version + struct.pack("<H", len(head)) + head)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "version", "message"),
+    [
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (-5,)}", b"\x01\x00", r"declares the negative shape \(-5,\)"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (1.5,)}", b"\x01\x00", "not a readable .npy array"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': " + "(" * 3000 + ")" * 3000 + "}", b"\x01\x00", "not a readable .npy array"),
+        ("{'descr': '|V99999999999', 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "not a readable .npy array"),
+        ("{'descr': [('a', '<i8')], 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "only plain numeric arrays"),
+        ("{'descr': '<U4', 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "must hold integer token ids, got <U4"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (1,)}", b"\x09\x00", "unknown .npy format version"),
+        ("not a dict", b"\x01\x00", "not a readable .npy array"),
+    ],
+    ids=["negative", "float-dim", "nested-3000", "void-huge", "structured", "unicode", "version-9", "not-a-dict"],
+)
+def test_hostile_npy_headers_are_one_error(tmp_path, body, version, message):
+    path = _npy_with_header(tmp_path / "tokens.npy", body, version)
+    with pytest.raises(DataFileError, match=message):
+        inputs.load_tokens(path)
+    with pytest.raises(DataFileError, match=r"tokens\.npy"):
+        inputs.load_operators(str(path), CONFIG)
+
+
 def test_damaged_array_files_are_one_error(tmp_path):
     good = tmp_path / "g.npz"
     np.savez_compressed(good, G_LM=np.ones((1, 2, 8, 8)))
