@@ -202,7 +202,7 @@ def _read_npy(fh: Any, available: int, where: str, error: ErrorType, check: Arra
             raise ValueError(f"unknown .npy format version {version}")
         header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
         shape, fortran, dtype = header(fh)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError, RecursionError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # NumPy parses the header with tokenize and ast: TokenError, SyntaxError, …
         raise error(f"{where} is not a readable .npy array: {' '.join(str(exc).split())[:200]}") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise error(f"{where} holds {dtype} values; only plain numeric arrays are read (never pickled objects)")

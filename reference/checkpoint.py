@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -351,32 +352,15 @@ def _weights_file(path: Path) -> tuple[Path, int]:
     return path, size
 
 
-def open_pth(path: Path) -> dict[str, Any]:
-    """The tensors of an upstream ``.pth``, vetted, none copied out yet.
+def _torch_load(path: Path, size: int, torch: Any) -> Any:
+    """The zip checks of :func:`_check_zip_members`, then ``torch.load(weights_only=True)``;
+    every failure a :class:`CheckpointError` naming the file."""
+    from ..inputs import open_zip
 
-    ``torch.load(weights_only=True)`` after the archive checks of :func:`_check_zip_members`;
-    never a full unpickle. Every entry is checked by :func:`_check_tensor_kinds` before a view
-    is copied. Not ``mmap=True``: torch then skips its check that each storage's record holds
-    the bytes the pickle declares, and a truncated member silently reads its neighbour's bytes.
-    :func:`read_pth` copies the tensors out as NumPy arrays.
-    """
-    from ..inputs import file_head, open_zip
-
-    try:
-        import torch
-    except ImportError:
-        raise CheckpointError(
-            f"{path}: reading a .pth checkpoint needs torch (pip install 'plga[torch]'), "
-            "or convert it to safetensors with `plga convert` on a machine that has torch"
-        ) from None
-    path, size = _weights_file(path)
-    if not zipfile.is_zipfile(path):
-        head = file_head(path, 16, "checkpoint", CheckpointError)
-        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(head)}")
     with open_zip(path, size, "checkpoint", CheckpointError, max_entries=MAX_CHECKPOINT_ENTRIES) as archive:
         _check_zip_members(path, archive, size)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # weights_only refused a global: never executed
         text = " ".join(str(exc).split()[:12]) if str(exc) else type(exc).__name__
         raise CheckpointError(
@@ -389,6 +373,33 @@ def open_pth(path: Path) -> dict[str, Any]:
             f"{path} could not be loaded safely (weights_only=True): the archive is corrupt or not a "
             f"torch checkpoint: {text}"
         ) from exc
+
+
+def open_pth(path: Path) -> dict[str, Any]:
+    """The tensors of an upstream ``.pth``, vetted, none copied out yet.
+
+    ``torch.load(weights_only=True)`` after the archive checks of :func:`_check_zip_members`;
+    never a full unpickle. Every entry is checked by :func:`_check_tensor_kinds` before a view
+    is copied. Not ``mmap=True``: torch then skips its check that each storage's record holds
+    the bytes the pickle declares, and a truncated member silently reads its neighbour's bytes.
+    :func:`read_pth` copies the tensors out as NumPy arrays.
+    """
+    from ..inputs import file_head
+
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(
+            f"{path}: reading a .pth checkpoint needs torch (pip install 'plga[torch]'), "
+            "or convert it to safetensors with `plga convert` on a machine that has torch"
+        ) from None
+    path, size = _weights_file(path)
+    if not zipfile.is_zipfile(path):
+        head = file_head(path, 16, "checkpoint", CheckpointError)
+        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(head)}")
+    with warnings.catch_warnings():  # a damaged pickle warns (pickletools, torch) before it fails:
+        warnings.simplefilter("ignore")  # the refusal below is the one line the user sees
+        obj = _torch_load(path, size, torch)
     if isinstance(obj, Mapping) and "model_state_dict" in obj:
         obj = obj["model_state_dict"]
     if not isinstance(obj, Mapping):
