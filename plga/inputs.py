@@ -43,6 +43,8 @@ if TYPE_CHECKING:
 MAX_TEXT_BYTES = 16 << 20
 #: The most token ids a token or prompt file may hold (an int64 ``.npy`` of 16 MiB).
 MAX_TOKEN_IDS = 1 << 21
+#: The most prompts a prompt file may hold (the audit runs the model on each).
+MAX_PROMPTS = 10_000
 #: Bytes an ``.npz`` may hold besides the array that is read (headers, other arrays).
 MAX_EXTRA_BYTES = 16 << 20
 #: The most members an ``.npz`` (or a ``.pth`` zip) directory may list before it is parsed.
@@ -140,10 +142,13 @@ def sha256_file(path: str | os.PathLike[str], what: str = "file", error: ErrorTy
     return h.hexdigest()
 
 
-def file_head(path: Path, n: int = 16) -> bytes:
+def file_head(path: Path, n: int = 16, what: str = "file", error: ErrorType = DataFileError) -> bytes:
     """The first ``n`` bytes of a file already checked by :func:`regular_file`."""
-    with open(path, "rb") as fh:
-        return fh.read(n)
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(n)
+    except OSError as exc:
+        raise error(f"{what} {path} cannot be read: {exc.strerror or exc}") from None
 
 
 # --- zip directories ---------------------------------------------------------------------------
@@ -193,13 +198,17 @@ def _read_npy(fh: Any, available: int, where: str, error: ErrorType, check: Arra
 
     try:
         version = npy.read_magic(fh)
+        if version not in ((1, 0), (2, 0), (3, 0)):
+            raise ValueError(f"unknown .npy format version {version}")
         header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
         shape, fortran, dtype = header(fh)
-    except (ValueError, OSError, EOFError, SyntaxError, TypeError, zipfile.BadZipFile) as exc:
+    except Exception as exc:  # NumPy parses the header with tokenize and ast: TokenError, SyntaxError, …
         raise error(f"{where} is not a readable .npy array: {' '.join(str(exc).split())[:200]}") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise error(f"{where} holds {dtype} values; only plain numeric arrays are read (never pickled objects)")
     shape = tuple(int(n) for n in shape)
+    if any(n < 0 for n in shape):
+        raise error(f"{where} declares the negative shape {shape}")
     check(shape, dtype)
     nbytes = math.prod(shape) * dtype.itemsize
     header_end = fh.tell()
@@ -215,40 +224,88 @@ def _read_npy(fh: Any, available: int, where: str, error: ErrorType, check: Arra
     return flat.reshape(shape, order="F" if fortran else "C").copy()
 
 
-def read_array(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, keys: Sequence[str] = (),
-               error: ErrorType = DataFileError, max_bytes: int) -> np.ndarray:
-    """One array of a ``.npy`` or ``.npz`` file (recognised by content, not suffix).
+#: The most bytes that the compressed members of an ``.npz`` may inflate to, in all, beyond
+#: the file's own size (a stack of identity operators compresses ~50:1, a deflate bomb ~1000:1).
+MAX_INFLATED_BYTES = 256 << 20
 
-    An ``.npz`` gives the first of ``keys`` it holds, else its only array. ``check(shape,
-    dtype)`` vets the declared array before its data is read; the file may hold at most
-    ``max_bytes`` (and a zip member may not declare more than it needs).
-    """
+
+def _arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, error: ErrorType,
+            select: Callable[[list[str]], list[str]], max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """The arrays of a ``.npy`` (one, named ``""``) or of an ``.npz`` (the members ``select``
+    picks from the names it lists), recognised by content, each vetted by ``check`` before its
+    data is read. The file may be at most ``max_bytes``; the picked members may declare at most
+    the file's size plus :data:`MAX_INFLATED_BYTES`."""
     p, size = regular_file(path, what, error)
-    if size > max_bytes:
+    if max_bytes is not None and size > max_bytes:
         raise error(f"{what} {p} is {size} bytes; at most {max_bytes} are read for it")
-    head = file_head(p, 8)
+    head = file_head(p, 8, what, error)
     if head.startswith(NPY_MAGIC):
         with open(p, "rb") as fh:
-            return _read_npy(fh, size, f"{what} {p}", error, check)
+            return {"": _read_npy(fh, size, f"{what} {p}", error, check)}
     if not head.startswith(ZIP_MAGIC):
         raise error(f"{what} {p} is neither a .npy nor a .npz array file")
+    out: dict[str, np.ndarray] = {}
     with open_zip(p, size, what, error) as archive:
-        names = [n for n in archive.namelist() if n.endswith(".npy")]
-        chosen = next((f"{k}.npy" for k in keys if f"{k}.npy" in names), None)
-        if chosen is None and len(names) == 1:
-            chosen = names[0]
+        members = {i.filename[:-4]: i for i in archive.infolist() if i.filename.endswith(".npy")}
+        infos = [members[name] for name in select(sorted(members))]
+        declared = sum(i.file_size for i in infos)
+        if declared > size + MAX_INFLATED_BYTES:
+            raise error(f"{what} {p} declares {declared} bytes of arrays in {size} bytes; at most "
+                        f"{MAX_INFLATED_BYTES} more than the file are read (a decompression bomb?)")
+        for info in infos:
+            where = f"{what} {p} (array {info.filename[:-4]!r})"
+            try:
+                with archive.open(info) as fh:
+                    out[info.filename[:-4]] = _read_npy(fh, info.file_size, where, error, check)
+            except PlgaError:
+                raise
+            except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
+                raise error(f"{where} is damaged: {' '.join(str(exc).split())[:200]}") from None
+    if not out:
+        raise error(f"{what} {p} holds no arrays")
+    return out
+
+
+def read_array(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, keys: Sequence[str] = (),
+               error: ErrorType = DataFileError, max_bytes: int) -> np.ndarray:
+    """One array of a ``.npy`` or ``.npz`` file of at most ``max_bytes`` (see :func:`_arrays`):
+    of an ``.npz``, the first of ``keys`` it holds, else its only array."""
+    def one(names: list[str]) -> list[str]:
+        chosen = next((k for k in keys if k in names), names[0] if len(names) == 1 else None)
         if chosen is None:
-            listed = sorted(n[:-4] for n in names)[:20]
             wanted = f"an array named {' or '.join(keys)}, or " if keys else ""
-            raise error(f"{what} {p} must hold {wanted}exactly one array; it holds {listed}")
-        info = archive.getinfo(chosen)
-        where = f"{what} {p} (array {chosen[:-4]!r})"
-        try:
-            with archive.open(info) as fh:
-                array = _read_npy(fh, info.file_size, where, error, check)
-        except (zipfile.BadZipFile, OSError, EOFError, NotImplementedError, ValueError) as exc:
-            raise error(f"{where} is damaged: {' '.join(str(exc).split())[:200]}") from None
+            raise error(f"{what} {path} must hold {wanted}exactly one array; it holds {names[:20]}")
+        return [chosen]
+
+    (array,) = _arrays(path, what, check, error, one, max_bytes).values()
     return array
+
+
+def read_arrays(path: str | os.PathLike[str], what: str, check: ArrayCheck, *, only: str | None = None,
+                error: ErrorType = DataFileError) -> dict[str, np.ndarray]:
+    """Every array of an ``.npz`` (or just ``only``), or the one array of a ``.npy`` (named
+    ``""``), each vetted by ``check(shape, dtype)`` before its data is read (see :func:`_arrays`)."""
+    def pick(names: list[str]) -> list[str]:
+        if only is not None and only not in names:
+            raise error(f"{what} {path} has no array {only!r}; it holds {names[:20]}")
+        return names if only is None else [only]
+
+    return _arrays(path, what, check, error, pick)
+
+
+def load_operator_arrays(path: str | os.PathLike[str], key: str | None = None) -> dict[str, np.ndarray]:
+    """The operator stacks of ``plga audit --operators``: every array of an ``.npz`` (or
+    ``key``), or a ``.npy`` (named ``G``); each real [layers, heads, d, d] or [heads, d, d]."""
+    where = f"operator file {path}"
+
+    def check(shape: tuple[int, ...], dtype: np.dtype) -> None:
+        if dtype.kind not in "fiu":
+            raise DataFileError(f"{where} holds {dtype} values; operators must be real numbers")
+        if len(shape) not in (3, 4) or shape[-1] != shape[-2] or 0 in shape:
+            raise DataFileError(f"{where} holds an array of shape {shape}; operators are [layers, heads, d, d]")
+
+    arrays = read_arrays(path, "operator file", check, only=key)
+    return {name or "G": a for name, a in arrays.items()}
 
 
 # --- token and prompt files ------------------------------------------------------------------
@@ -291,6 +348,8 @@ def _ids_from_json(data: Any, where: str, error: ErrorType) -> np.ndarray:
         raise error(f"{where} must hold a JSON list of ids or a non-empty list of lists of ids")
     if len({len(r) for r in rows}) != 1:
         raise error(f"{where}: rows have different lengths; pad them with id 0")
+    if len(rows) * len(rows[0]) > MAX_TOKEN_IDS:
+        raise error(f"{where} holds {len(rows) * len(rows[0])} ids; at most {MAX_TOKEN_IDS} are read")
     bound = _id_bound()
     for row in rows:
         for t in row:
@@ -311,7 +370,7 @@ def load_tokens(path: str | os.PathLike[str]) -> np.ndarray:
     what = "token file"
     p, _ = regular_file(path, what)
     where = f"{what} {p}"
-    if file_head(p, 8).startswith((NPY_MAGIC, ZIP_MAGIC)):
+    if file_head(p, 8, what).startswith((NPY_MAGIC, ZIP_MAGIC)):
         arr = read_array(p, what, _token_check(where, DataFileError), keys=("tokens",),
                          max_bytes=MAX_TOKEN_IDS * 8 + MAX_EXTRA_BYTES)
         return _ids_in_range(arr, where, DataFileError)
@@ -323,12 +382,21 @@ def load_prompts(path: str | os.PathLike[str]) -> tuple[list[list[int]] | None, 
 
     ``.npy`` / ``.npz`` (by content): integer ids [prompts, tokens] or [tokens], 0 = padding
     (stripped). ``.json``: a list of lists of ids, a list of ids (one prompt), or a list of
-    strings. Anything else: UTF-8 text, one prompt a line. Size limits as :func:`load_tokens`.
+    strings. Anything else: UTF-8 text, one prompt a line. Size limits as :func:`load_tokens`,
+    and at most :data:`MAX_PROMPTS` prompts.
     """
+    ids, texts = _read_prompts(path)
+    n = len(ids if ids is not None else texts or [])
+    if n > MAX_PROMPTS:
+        raise DataFileError(f"prompt file {path} holds {n} prompts; at most {MAX_PROMPTS} are read")
+    return ids, texts
+
+
+def _read_prompts(path: str | os.PathLike[str]) -> tuple[list[list[int]] | None, list[str] | None]:
     what = "prompt file"
     p, _ = regular_file(path, what)
     where = f"{what} {p}"
-    if file_head(p, 8).startswith((NPY_MAGIC, ZIP_MAGIC)):
+    if file_head(p, 8, what).startswith((NPY_MAGIC, ZIP_MAGIC)):
         arr = read_array(p, what, _token_check(where, DataFileError), keys=("prompts", "tokens"),
                          max_bytes=MAX_TOKEN_IDS * 8 + MAX_EXTRA_BYTES)
         arr = _ids_in_range(arr, where, DataFileError)
@@ -406,7 +474,8 @@ def load_operators(spec: str, config: PLDRConfig) -> list[np.ndarray]:
 
 
 __all__ = [
-    "MAX_EXTRA_BYTES", "MAX_TEXT_BYTES", "MAX_TOKEN_IDS", "MAX_ZIP_ENTRIES", "OPERATORS_KEY", "file_head",
-    "load_operators", "load_prompts", "load_tokens", "open_zip", "parse_json", "random_operators",
-    "read_array", "read_bytes", "read_json", "read_text", "regular_file", "sha256_file", "zip_entry_count",
+    "MAX_EXTRA_BYTES", "MAX_INFLATED_BYTES", "MAX_PROMPTS", "MAX_TEXT_BYTES", "MAX_TOKEN_IDS", "MAX_ZIP_ENTRIES",
+    "OPERATORS_KEY", "file_head", "load_operator_arrays", "load_operators", "load_prompts", "load_tokens", "open_zip", "parse_json",
+    "random_operators", "read_array", "read_arrays", "read_bytes", "read_json", "read_text", "regular_file",
+    "sha256_file", "zip_entry_count",
 ]

@@ -5,6 +5,12 @@ NumPy arrays as stored (float32 for released checkpoints). Nothing here ever run
 unrestricted pickle: ``.pth`` files go through ``torch.load(weights_only=True)``; safetensors
 need no torch at all.
 
+Hostile files cost at most their own size: only regular files are opened; a ``.pth`` is
+checked from its zip directory (stored members, sizes, CRC-32s) and its pickle's opcodes
+before ``torch.load``, and its tensors (kinds, views that repeat data) before any is copied;
+keys and shapes are checked against the configuration (:class:`PLDRConfig` bounds every field)
+before the weights are converted. Every refusal is one :class:`CheckpointError` naming the file.
+
 This module is also the one home of the *collapsed* checkpoint format (SPEC §3, inference
 collapse) and of writing model folders (:func:`save_safetensors`). A collapsed checkpoint is a
 folder with ``model.safetensors`` and ``config.json``:
@@ -24,6 +30,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import warnings
 import zipfile
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -94,10 +101,10 @@ MAX_KEYS_NAMED = 20
 
 
 def _named(keys: list[str]) -> str:
-    """``keys`` as a list literal, cut to :data:`MAX_KEYS_NAMED` entries with the rest counted."""
-    if len(keys) <= MAX_KEYS_NAMED:
-        return str(keys)
-    return f"{keys[:MAX_KEYS_NAMED]} and {len(keys) - MAX_KEYS_NAMED} more"
+    """``keys`` as a list literal, cut to :data:`MAX_KEYS_NAMED` entries (each to 100
+    characters: a hostile key may be a megabyte long) with the rest counted."""
+    shown = [k if len(k) <= 100 else f"{k[:97]}..." for k in keys[:MAX_KEYS_NAMED]]
+    return str(shown) if len(keys) <= MAX_KEYS_NAMED else f"{shown} and {len(keys) - MAX_KEYS_NAMED} more"
 
 
 def expected_count(config: PLDRConfig) -> int:
@@ -218,12 +225,68 @@ def _describe_non_zip(head: bytes) -> str:
     return "it is damaged or not a checkpoint"
 
 
+#: The most nodes a tuple of the pickle may expand to. Tuples that share sub-tuples expand
+#: exponentially (200 nested pairs pickle in a few KB); a dict keyed by one hashes it whole,
+#: so ``torch.load`` itself would never return. Shapes and storage ids have a handful.
+MAX_TUPLE_NODES = 1 << 20
+
+
+def _check_pickle_shape(data: bytes, path: Path) -> None:
+    """Walk the pickle's opcodes (never executing them) tracking how many nodes each tuple
+    expands to, through the memo; refuse the file past :data:`MAX_TUPLE_NODES`."""
+    import pickletools
+
+    stack: list[int] = []  # expanded node count of each stack item (1 for all but tuples)
+    marks: list[int] = []
+    memo: dict[int, int] = {}
+    try:
+        for op, arg, _ in pickletools.genops(data):
+            name = op.name
+            if name == "MARK":
+                marks.append(len(stack))
+                continue
+            if name in ("TUPLE", "FROZENSET"):
+                start = marks.pop()
+                node = 1 + sum(stack[start:])
+                del stack[start:]
+                stack.append(node)
+            elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+                k = int(name[-1])
+                node = 1 + sum(stack[len(stack) - k:])
+                del stack[len(stack) - k:]
+                stack.append(node)
+            elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+                memo[len(memo) if name == "MEMOIZE" else int(arg)] = stack[-1]
+            elif name in ("GET", "BINGET", "LONG_BINGET"):
+                stack.append(memo.get(int(arg), 1))
+            elif name == "DUP":
+                stack.append(stack[-1])
+            else:  # any other opcode: pops its inputs (a mark's slice, then what lies below the
+                # mark), pushes plain objects
+                before = op.stack_before
+                if pickletools.markobject in before:
+                    del stack[marks.pop():]
+                    before = before[: before.index(pickletools.markobject)]
+                del stack[len(stack) - len(before):]
+                stack.extend(1 for _ in op.stack_after)
+            if stack and stack[-1] > MAX_TUPLE_NODES:
+                raise CheckpointError(
+                    f"{path}: its pickle builds a tuple of more than {MAX_TUPLE_NODES} nodes from shared parts "
+                    "(hashing it would never end); refusing to load it"
+                )
+    except CheckpointError:
+        raise
+    except (ValueError, IndexError) as exc:  # not a pickle torch.load could read either
+        raise CheckpointError(f"{path} is corrupt: its pickle is malformed ({' '.join(str(exc).split())[:100]})") from None
+
+
 def _check_zip_members(path: Path, archive: zipfile.ZipFile, size: int) -> None:
     """Refuse what ``torch.save`` never writes, then verify every member's CRC-32.
 
     Members must be stored (torch.save never compresses, and a deflate bomb would expand in
     memory before any check), declare no more bytes than the file holds, and ``data.pkl`` be at
-    most :data:`MAX_PICKLE_BYTES`; so ``torch.load`` reads at most the file's size. ``torch.load`` does not check
+    most :data:`MAX_PICKLE_BYTES`; so ``torch.load`` reads at most the file's size. The pickle is
+    then walked by :func:`_check_pickle_shape`. ``torch.load`` does not check
     the checksums the archive carries, so a bit flip in a tensor would load as silently wrong
     weights; reading every member once (bounded by the file size) catches it.
     """
@@ -246,6 +309,9 @@ def _check_zip_members(path: Path, archive: zipfile.ZipFile, size: int) -> None:
         raise CheckpointError(f"{path} is a corrupt zip archive: {text}") from exc
     if bad is not None:
         raise CheckpointError(f"{path} is corrupt: archive member {bad!r} fails its CRC-32 check")
+    for info in archive.infolist():
+        if info.filename.endswith("data.pkl"):
+            _check_pickle_shape(archive.read(info), path)
 
 
 def _check_tensor_kinds(tensors: Mapping[str, Any], path: Path, size: int) -> None:
@@ -256,19 +322,19 @@ def _check_tensor_kinds(tensors: Mapping[str, Any], path: Path, size: int) -> No
     total = 0
     for key, t in tensors.items():
         if not isinstance(t, torch.Tensor):
-            raise CheckpointError(f"{path}: entry {key!r} is a {type(t).__name__}, not a tensor")
+            raise CheckpointError(f"{path}: entry {_named([key])[1:-1]} is a {type(t).__name__}, not a tensor")
         kind = ("a meta tensor (no data)" if t.is_meta else "a nested tensor" if t.is_nested
                 else f"a {t.layout} tensor" if t.layout != torch.strided
                 else "a quantized tensor" if t.is_quantized else None)
         if kind is None and str(t.dtype).removeprefix("torch.") not in _READABLE_DTYPES:
             kind = f"a {str(t.dtype).removeprefix('torch.')} tensor"
         if kind is not None:
-            raise CheckpointError(f"{path}: {key!r} is {kind}; weights must be dense float tensors with their data")
+            raise CheckpointError(f"{path}: {_named([key])[1:-1]} is {kind}; weights must be dense float tensors with their data")
         nbytes = t.numel() * t.element_size()
         stored = t.untyped_storage().nbytes() - t.storage_offset() * t.element_size()
         if nbytes > stored or any(s == 0 and n > 1 for s, n in zip(t.stride(), t.shape, strict=True)):
             raise CheckpointError(
-                f"{path}: {key!r} of shape {tuple(t.shape)} is a view repeating its data "
+                f"{path}: {_named([key])[1:-1]} of shape {tuple(t.shape)} is a view repeating its data "
                 f"({nbytes} bytes from {max(stored, 0)} stored); weights must hold their own data"
             )
         total += nbytes
@@ -286,31 +352,15 @@ def _weights_file(path: Path) -> tuple[Path, int]:
     return path, size
 
 
-def open_pth(path: Path) -> dict[str, Any]:
-    """The tensors of an upstream ``.pth``, vetted, none copied out yet.
+def _torch_load(path: Path, size: int, torch: Any) -> Any:
+    """The zip checks of :func:`_check_zip_members`, then ``torch.load(weights_only=True)``;
+    every failure a :class:`CheckpointError` naming the file."""
+    from ..inputs import open_zip
 
-    ``torch.load(weights_only=True)`` after the archive checks of :func:`_check_zip_members`;
-    never a full unpickle. Every entry is checked by :func:`_check_tensor_kinds` before a view
-    is copied. Not ``mmap=True``: torch then skips its check that each storage's record holds
-    the bytes the pickle declares, and a truncated member silently reads its neighbour's bytes.
-    :func:`read_pth` copies the tensors out as NumPy arrays.
-    """
-    from ..inputs import file_head, open_zip
-
-    try:
-        import torch
-    except ImportError:
-        raise CheckpointError(
-            f"{path}: reading a .pth checkpoint needs torch (pip install 'plga[torch]'), "
-            "or convert it to safetensors with `plga convert` on a machine that has torch"
-        ) from None
-    path, size = _weights_file(path)
-    if not zipfile.is_zipfile(path):
-        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(file_head(path))}")
     with open_zip(path, size, "checkpoint", CheckpointError, max_entries=MAX_CHECKPOINT_ENTRIES) as archive:
         _check_zip_members(path, archive, size)
     try:
-        obj = torch.load(path, map_location="cpu", weights_only=True)
+        return torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as exc:  # weights_only refused a global: never executed
         text = " ".join(str(exc).split()[:12]) if str(exc) else type(exc).__name__
         raise CheckpointError(
@@ -323,11 +373,41 @@ def open_pth(path: Path) -> dict[str, Any]:
             f"{path} could not be loaded safely (weights_only=True): the archive is corrupt or not a "
             f"torch checkpoint: {text}"
         ) from exc
+
+
+def open_pth(path: Path) -> dict[str, Any]:
+    """The tensors of an upstream ``.pth``, vetted, none copied out yet.
+
+    ``torch.load(weights_only=True)`` after the archive checks of :func:`_check_zip_members`;
+    never a full unpickle. Every entry is checked by :func:`_check_tensor_kinds` before a view
+    is copied. Not ``mmap=True``: torch then skips its check that each storage's record holds
+    the bytes the pickle declares, and a truncated member silently reads its neighbour's bytes.
+    :func:`read_pth` copies the tensors out as NumPy arrays.
+    """
+    from ..inputs import file_head
+
+    try:
+        import torch
+    except ImportError:
+        raise CheckpointError(
+            f"{path}: reading a .pth checkpoint needs torch (pip install 'plga[torch]'), "
+            "or convert it to safetensors with `plga convert` on a machine that has torch"
+        ) from None
+    path, size = _weights_file(path)
+    if not zipfile.is_zipfile(path):
+        head = file_head(path, 16, "checkpoint", CheckpointError)
+        raise CheckpointError(f"{path} is not a torch zip checkpoint: {_describe_non_zip(head)}")
+    with warnings.catch_warnings():  # a damaged pickle warns (pickletools, torch) before it fails:
+        warnings.simplefilter("ignore")  # the refusal below is the one line the user sees
+        obj = _torch_load(path, size, torch)
     if isinstance(obj, Mapping) and "model_state_dict" in obj:
         obj = obj["model_state_dict"]
     if not isinstance(obj, Mapping):
         raise CheckpointError(f"{path} holds a {type(obj).__name__}, not a state dict")
-    tensors = {str(k): v for k, v in obj.items()}
+    keys = [k for k in obj if not isinstance(k, str)]
+    if keys:  # never str() them: a pickled key can be a shared structure of exponential repr
+        raise CheckpointError(f"{path}: the state dict has {len(keys)} keys that are not strings (a {type(keys[0]).__name__})")
+    tensors = dict(obj.items())
     _check_tensor_kinds(tensors, path, size)
     return tensors
 

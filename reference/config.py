@@ -101,9 +101,13 @@ class PLDRConfig:
         if not isinstance(self.rope_style, str) or self.rope_style not in ROPE_STYLES:
             raise InputError(f"PLDRConfig.rope_style must be one of {ROPE_STYLES}, got {_shown(self.rope_style)}")
         base = self.rope_base
-        if not isinstance(base, numbers.Real) or isinstance(base, bool) or not (math.isfinite(base) and base > 0):
+        try:
+            value = float(base) if isinstance(base, numbers.Real) and not isinstance(base, bool) else math.nan
+        except OverflowError:  # an integer of hundreds of digits
+            value = math.inf
+        if not (math.isfinite(value) and value > 0):
             raise InputError(f"PLDRConfig.rope_base must be a finite number > 0, got {_shown(base)}")
-        object.__setattr__(self, "rope_base", float(base))
+        object.__setattr__(self, "rope_base", value)
         if self.max_seq_len * self.depth > MAX_ROPE_ENTRIES:
             raise InputError(
                 f"PLDRConfig: max_seq_len × depth = {self.max_seq_len} × {self.depth} exceeds {MAX_ROPE_ENTRIES} RoPE entries"

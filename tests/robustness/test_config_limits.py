@@ -30,6 +30,7 @@ BAD_VALUES = [
     ("rope_base", "10000", "rope_base must be a finite number > 0, got '10000'"),
     ("rope_base", True, "rope_base must be a finite number > 0, got True"),
     ("rope_base", None, "rope_base must be a finite number > 0, got None"),
+    ("rope_base", 10**400, r"rope_base must be a finite number > 0, got 1000000.*\.\.\.$"),
     ("rope_style", "neox", r"rope_style must be one of \('interleaved', 'rotate_half'\), got 'neox'"),
     ("rope_style", 1, "rope_style must be one of"),
     ("d_model", 15, r"d_model \(15\) must be divisible by num_heads \(2\)"),

@@ -32,8 +32,10 @@ pytest.importorskip("safetensors")
 
 CONFIG = PLDRConfig.from_name("tiny")  # 1 layer, 2 heads of d = 8, vocab 37, context 64
 PARAMS = random_params(CONFIG, seed=0)
-#: Address-space cap of the child processes: torch + plga take ~0.7 GiB, so ~1.3 GiB are left.
+#: Address-space cap of the child processes: torch + plga take ~0.7 GiB of it, so ~1.3 GiB are
+#: left; without torch, NumPy + plga take ~0.15 GiB of :data:`MEMORY_LIMIT_NUMPY`.
 MEMORY_LIMIT = 2 << 30
+MEMORY_LIMIT_NUMPY = 1 << 30
 #: Zeros a decompression bomb expands to: more than the child has left under MEMORY_LIMIT.
 BOMB_BYTES = 1536 << 20
 TIMEOUT_S = 60
@@ -42,18 +44,21 @@ TIMEOUT_S = 60
 # --- child processes -------------------------------------------------------------------------
 
 
-def run_limited(body: str) -> subprocess.CompletedProcess[str]:
-    """Run ``body`` in a fresh interpreter capped at :data:`MEMORY_LIMIT` bytes of address space.
+def run_limited(body: str, *, with_torch: bool = False) -> subprocess.CompletedProcess[str]:
+    """Run ``body`` in a fresh interpreter capped at :data:`MEMORY_LIMIT` bytes of address space
+    (:data:`MEMORY_LIMIT_NUMPY` without torch).
 
     ``body`` sets ``call`` to a zero-argument function; a ``PlgaError`` it raises is printed as
     ``REFUSED <class>: <message>`` (exit 0); anything else escapes as a traceback (exit 1).
+    ``with_torch`` imports torch first (under the cap, as the CLI would).
     """
     code = textwrap.dedent("""
         import resource, sys
         resource.setrlimit(resource.RLIMIT_AS, ({limit}, {limit}))
-        import numpy as np, torch  # noqa: F401  (imported before the call, as the CLI does)
+        import numpy as np
+        {torch}
         from plga.errors import PlgaError
-    """).format(limit=MEMORY_LIMIT) + textwrap.dedent(body) + textwrap.dedent("""
+    """).format(limit=MEMORY_LIMIT if with_torch else MEMORY_LIMIT_NUMPY, torch="import torch" if with_torch else "") + textwrap.dedent(body) + textwrap.dedent("""
         try:
             result = call()
         except PlgaError as exc:
@@ -187,13 +192,13 @@ def test_stride_zero_view_in_a_pth_is_refused_before_it_is_copied(tmp_path):
     result = run_limited(f"""
         from plga.reference.checkpoint import load_checkpoint
         call = lambda: load_checkpoint({str(path)!r}, max_seq_len=64)
-    """)
+    """, with_torch=True)
     assert_refused(result, "CheckpointError", "model.pth", "final_layer.bias", "view repeating its data")
     control = run_limited(f"""
         def call():
             t = torch.load({str(path)!r}, weights_only=True)["model_state_dict"]["final_layer.bias"]
             return t.numpy().copy()
-    """)
+    """, with_torch=True)
     assert_unguarded_fails(control)
 
 
@@ -221,11 +226,11 @@ def test_deflate_bomb_pth_is_refused_unread(pth_bomb):
     result = run_limited(f"""
         from plga.reference.checkpoint import load_checkpoint
         call = lambda: load_checkpoint({str(pth_bomb)!r})
-    """)
+    """, with_torch=True)
     assert_refused(result, "CheckpointError", "bomb.pth", "is compressed", "torch.save never compresses")
     control = run_limited(f"""
         call = lambda: torch.load({str(pth_bomb)!r}, weights_only=True)
-    """)
+    """, with_torch=True)
     assert_unguarded_fails(control)
 
 
@@ -234,7 +239,7 @@ def test_deflate_bomb_npz_token_file_is_refused_unread(npz_bomb):
         from plga.inputs import load_tokens
         call = lambda: load_tokens({str(npz_bomb)!r})
     """)
-    assert_refused(result, "DataFileError", "tokens.npz", "declares 201326592 ids")
+    assert_refused(result, "DataFileError", "tokens.npz", "declares 1610612864 bytes of arrays", "decompression bomb")
     control = run_limited(f"""
         call = lambda: np.load({str(npz_bomb)!r})["tokens"]
     """)
@@ -307,7 +312,7 @@ def test_links_to_dev_zero_are_refused_unread(tmp_path):
                     raise AssertionError("accepted a link to /dev/zero")
             raise PlgaError("all refused")
     """
-    result = run_limited(body)
+    result = run_limited(body, with_torch=True)
     assert_refused(result, "PlgaError", "all refused")
     assert result.stderr.count("refused:") == 9, result.stderr
     control = run_limited(f"""
@@ -366,6 +371,76 @@ def test_zip_directories_listing_too_many_members_are_refused_unparsed(tmp_path)
     assert inputs.zip_entry_count(path, path.stat().st_size) == inputs.MAX_ZIP_ENTRIES + 1
     with pytest.raises(DataFileError, match=rf"zip archive of {inputs.MAX_ZIP_ENTRIES + 1} members"):
         inputs.load_tokens(path)
+
+
+def test_too_many_ids_or_prompts_are_refused(tmp_path):
+    """JSON within the 16 MiB cap can still list millions of ids or prompts: both are bounded."""
+    n = inputs.MAX_TOKEN_IDS + 1
+    (tmp_path / "ids.json").write_text("[" + ",".join(["1"] * n) + "]")
+    with pytest.raises(DataFileError, match=rf"holds {n} ids; at most {inputs.MAX_TOKEN_IDS}"):
+        inputs.load_tokens(tmp_path / "ids.json")
+    (tmp_path / "prompts.txt").write_text("a\n" * (inputs.MAX_PROMPTS + 1))
+    with pytest.raises(DataFileError, match=rf"holds {inputs.MAX_PROMPTS + 1} prompts; at most {inputs.MAX_PROMPTS}"):
+        inputs.load_prompts(tmp_path / "prompts.txt")
+    (tmp_path / "prompts.txt").write_text("a\n" * inputs.MAX_PROMPTS)  # negative control
+    assert len(inputs.load_prompts(tmp_path / "prompts.txt")[1]) == inputs.MAX_PROMPTS
+
+
+class _OrderedItems:
+    """Pickles as ``collections.OrderedDict(items)`` without building (hashing) it here."""
+
+    def __init__(self, items):
+        self.items = items
+
+    def __reduce__(self):
+        import collections
+
+        return (collections.OrderedDict, (self.items,))
+
+
+def test_exponential_pickled_keys_are_refused_unbuilt(tmp_path):
+    """A state-dict key that is a tuple of pairs shared 200 levels deep pickles in a few KB and
+    expands to 2^200 nodes: building the dict hashes it whole, so ``torch.load`` never returns
+    (observed: 2^22 nodes take 65 ms, doubling per level). The pickle's opcodes are walked
+    first and the file refused; a key that is merely not a string is refused by type."""
+    key = ()
+    for _ in range(200):
+        key = (key, key)
+    items = [*_state().items(), (key, torch.zeros(1))]
+    torch.save({"model_state_dict": _OrderedItems(items)}, tmp_path / "model.pth")
+    assert (tmp_path / "model.pth").stat().st_size < 1 << 20
+    result = run_limited(f"""
+        from plga.reference.checkpoint import load_checkpoint
+        call = lambda: load_checkpoint({str(tmp_path / "model.pth")!r})
+    """, with_torch=True)
+    assert_refused(result, "CheckpointError", "model.pth", "builds a tuple of more than 1048576 nodes")
+    control = f"import torch; torch.load({str(tmp_path / 'model.pth')!r}, weights_only=True)"
+    with pytest.raises(subprocess.TimeoutExpired):  # negative control: unguarded, it never returns
+        subprocess.run([sys.executable, "-c", control], capture_output=True, timeout=10)
+    small = [*_state().items(), ((1, 2), torch.zeros(1))]
+    torch.save({"model_state_dict": _OrderedItems(small)}, tmp_path / "tuple_key.pth")
+    with pytest.raises(CheckpointError, match=r"tuple_key\.pth: the state dict has 1 keys that are not strings \(a tuple\)"):
+        load_checkpoint(tmp_path / "tuple_key.pth")
+
+
+def test_operator_audit_files_are_read_within_bounds(tmp_path, npz_bomb):
+    """The reader for ``plga audit --operators``: every operator array, or one by name; a bomb
+    and arrays that are not operator stacks are refused before their data is read."""
+    g = np.random.default_rng(1).standard_normal((2, 3, 4, 4))
+    np.savez_compressed(tmp_path / "ops.npz", G_LM=g, eye=np.broadcast_to(np.eye(4), (1, 3, 4, 4)))
+    got = inputs.load_operator_arrays(tmp_path / "ops.npz")
+    with np.load(tmp_path / "ops.npz") as z:  # negative control: the same arrays as NumPy reads them
+        assert set(got) == set(z.files) and all(np.array_equal(got[k], z[k]) for k in z.files)
+    assert set(inputs.load_operator_arrays(tmp_path / "ops.npz", key="eye")) == {"eye"}
+    with pytest.raises(DataFileError, match=r"has no array 'G'; it holds \['G_LM', 'eye'\]"):
+        inputs.load_operator_arrays(tmp_path / "ops.npz", key="G")
+    np.save(tmp_path / "one.npy", g[0])
+    assert np.array_equal(inputs.load_operator_arrays(tmp_path / "one.npy")["G"], g[0])
+    np.savez(tmp_path / "flat.npz", G=np.zeros(5))
+    with pytest.raises(DataFileError, match=r"shape \(5,\); operators are"):
+        inputs.load_operator_arrays(tmp_path / "flat.npz")
+    with pytest.raises(DataFileError, match=r"tokens\.npz declares \d+ bytes of arrays .* decompression bomb"):
+        inputs.load_operator_arrays(npz_bomb)
 
 
 # --- 3. one line instead of a traceback ------------------------------------------------------
@@ -442,6 +517,37 @@ def test_bad_npy_token_arrays_are_one_error(tmp_path, array, message):
         inputs.load_tokens(path)
 
 
+def _npy_with_header(path: Path, body: str, version: bytes = b"\x01\x00") -> Path:
+    """A .npy of the given header dictionary text (no data), padded as NumPy pads it."""
+    import struct
+
+    head = body.encode() + b" " * ((64 - (len(body) + 11) % 64) % 64) + b"\n"
+    path.write_bytes(b"\x93NUMPY" + version + struct.pack("<H", len(head)) + head)
+    return path
+
+
+@pytest.mark.parametrize(
+    ("body", "version", "message"),
+    [
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (-5,)}", b"\x01\x00", r"declares the negative shape \(-5,\)"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (1.5,)}", b"\x01\x00", "not a readable .npy array"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': " + "(" * 3000 + ")" * 3000 + "}", b"\x01\x00", "not a readable .npy array"),
+        ("{'descr': '|V99999999999', 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "not a readable .npy array"),
+        ("{'descr': [('a', '<i8')], 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "only plain numeric arrays"),
+        ("{'descr': '<U4', 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "must hold integer token ids, got <U4"),
+        ("{'descr': '<i8', 'fortran_order': False, 'shape': (1,)}", b"\x09\x00", "unknown .npy format version"),
+        ("not a dict", b"\x01\x00", "not a readable .npy array"),
+    ],
+    ids=["negative", "float-dim", "nested-3000", "void-huge", "structured", "unicode", "version-9", "not-a-dict"],
+)
+def test_hostile_npy_headers_are_one_error(tmp_path, body, version, message):
+    path = _npy_with_header(tmp_path / "tokens.npy", body, version)
+    with pytest.raises(DataFileError, match=message):
+        inputs.load_tokens(path)
+    with pytest.raises(DataFileError, match=r"tokens\.npy"):
+        inputs.load_operators(str(path), CONFIG)
+
+
 def test_damaged_array_files_are_one_error(tmp_path):
     good = tmp_path / "g.npz"
     np.savez_compressed(good, G_LM=np.ones((1, 2, 8, 8)))
@@ -482,6 +588,18 @@ def test_tensor_kinds_numpy_cannot_hold_are_one_error(tmp_path, make, message):
     path = _pth(tmp_path / "model.pth", state)
     with pytest.raises(CheckpointError, match=rf"model\.pth: 'final_layer\.bias' is {message}; weights must be dense"):
         load_checkpoint(path)
+
+
+def test_megabyte_key_names_are_cut_in_messages(tmp_path):
+    long_key = "decoder." + "x" * 10**6
+    extra = _pth(tmp_path / "extra.pth", _state() | {long_key: torch.zeros(1)})
+    with pytest.raises(CheckpointError, match=r"unexpected keys \['decoder\.x+\.\.\.'\]") as info:
+        load_checkpoint(extra, max_seq_len=64)
+    assert len(str(info.value)) < 1000
+    meta = _pth(tmp_path / "meta.pth", _state() | {long_key: torch.zeros(1, device="meta")})
+    with pytest.raises(CheckpointError, match=r"'decoder\.x+\.\.\.' is a meta tensor") as info:
+        load_checkpoint(meta)
+    assert len(str(info.value)) < 1000
 
 
 # --- 4. errors a user can act on -------------------------------------------------------------
