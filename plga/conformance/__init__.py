@@ -2,14 +2,18 @@
 
 Entry points::
 
-    plga conformance --impl package.module:object      # or PLGA_IMPL=..., or --plga-impl
+    plga conformance --impl package.module:object [--profile P] [--seed N]   # verdict, coverage
+    plga conformance --self-test                                             # the suite on its controls
+    plga.conformance.check_kernel(fn, seed=None, ...) -> ConformanceReport
+    @plga.conformance.parametrize_with_checks([fn, ...])                     # in your pytest session
     python -m pytest --pyargs plga.conformance.suite
-    plga.conformance.check_kernel(fn, expected_failures=None) -> ConformanceReport
-    @plga.conformance.parametrize_with_checks([fn, ...])
 
-The adapter protocol is :mod:`plga.conformance.adapter`; the tolerance policy
-:mod:`plga.conformance.tolerance`; deliberately wrong kernels :mod:`plga.conformance.broken`;
-vectors for non-Python implementations :mod:`plga.conformance.vectors`.
+The adapter protocol and its detection rules are :mod:`plga.conformance.adapter`; guarded
+calls into foreign code (copies, escapes, time limit) :mod:`plga.conformance.guard`; the
+tolerance policy :mod:`plga.conformance.tolerance`; inputs by region
+:mod:`plga.conformance.strategies`; negative and positive controls
+:mod:`plga.conformance.controls` and :mod:`plga.conformance.broken`; vectors for non-Python
+implementations :mod:`plga.conformance.vectors`.
 
 This package imports nothing heavy at import time (the pytest plugin lives under it and is
 loaded in every pytest run of the environment); the names below load on first use.
@@ -37,6 +41,7 @@ _LAZY = {
     "adapter_factory": "adapter",
     "resolve_impl": "adapter",
     "CHECKS": "checks",
+    "CONTROLS": "controls",
     "assert_conforms": "tolerance",
     "ConformanceFailure": "tolerance",
     "write_vectors": "vectors",

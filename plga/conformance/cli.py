@@ -18,7 +18,6 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
 
 from ..errors import UsageError
 
@@ -46,6 +45,7 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
                         help="time limit of one check; a check past it fails (default: "
                              + ", ".join(f"{p} {s:g}" for p, s in CHECK_TIMEOUT.items()) + "; 0 disables)")
     parser.add_argument("--json", action="store_true", help="print the report (verdict, coverage, results) as JSON")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar (also PLGA_NO_PROGRESS=1)")
     parser.add_argument("--xfails-file", default=None, metavar="PATH",
                         help="checks expected to fail: one id substring per line with '# reason'")
     parser.add_argument("--self-test", action="store_true",
@@ -89,18 +89,6 @@ def _expected_failures(path: str | None) -> dict[str, str]:
     return out
 
 
-def _progress(show: bool) -> Any:
-    if not show:
-        return None
-
-    def report(result: Any) -> None:
-        if sys.stderr.isatty():
-            sys.stderr.write(f"\r  {result.status:8s} {result.id:<40}")
-            sys.stderr.flush()
-
-    return report
-
-
 def run_from_args(args: argparse.Namespace) -> int:
     """Run ``plga conformance`` for an already parsed namespace; returns the exit status."""
     if args.write_vectors:
@@ -115,24 +103,19 @@ def run_from_args(args: argparse.Namespace) -> int:
         from .selftest import run_self_test
 
         return run_self_test(profile=args.profile or "quick", seed=args.seed, check_timeout=args.check_timeout,
-                             as_json=args.json, keyword=args.keyword)
-    from .adapter import plga_environment, resolve_impl
+                             as_json=args.json, keyword=args.keyword, show_progress=not args.no_progress)
+    from .adapter import resolve_impl
     from .runner import check_kernel
 
     adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
-    import os
-
-    quiet = bool(os.environ.get("PLGA_NO_PROGRESS")) or args.json
     report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
                           expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
                           seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
-                          progress=_progress(not quiet))
-    if not quiet and sys.stderr.isatty():
-        sys.stderr.write("\r" + " " * 60 + "\r")
+                          show_progress=not args.no_progress)
     if not report.results:
         raise UsageError("no check matches the selection (-k / --group)")
     if args.json:
-        print(json.dumps({**report.to_json(), "environment": plga_environment()}, indent=2, ensure_ascii=False))
+        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
     else:
         print(report.summary())
     return report.exit_code

@@ -14,8 +14,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ImplementationLoadError, InputError
+from ..progress import progress
 from . import profiles
-from .adapter import Adapter, SkipCheck, as_adapter, resolve_impl
+from .adapter import Adapter, SkipCheck, as_adapter, plga_environment, resolve_impl
 from .checks import CHECKS, GROUPS, Context, check_ids, run_check
 from .guard import CheckTimeout, user_interrupted, watch_user_interrupt
 
@@ -193,7 +194,7 @@ def check_kernel(
     seed: int | None = None,
     check_timeout: float | None = None,
     exitfirst: bool = False,
-    progress: Callable[[CheckResult], None] | None = None,
+    show_progress: bool = False,
 ) -> ConformanceReport:
     """Run the conformance checks on ``fn`` and return a :class:`ConformanceReport` (never raises
     for a failing check; see :attr:`ConformanceReport.verdict`).
@@ -207,7 +208,8 @@ def check_kernel(
     restrict the run; ``shrink=False`` skips Hypothesis shrinking; ``reproduce`` replays a
     ``VERSION:BLOB``; ``seed`` (default :data:`profiles.DEFAULT_SEED`) seeds every check;
     ``check_timeout`` seconds per check (default :data:`profiles.CHECK_TIMEOUT`; 0: none);
-    ``exitfirst`` stops after the first failure; ``progress`` is called after each check.
+    ``exitfirst`` stops after the first failure; ``show_progress`` draws a progress bar on a
+    terminal (:mod:`plga.progress`).
     """
     import os
 
@@ -223,7 +225,8 @@ def check_kernel(
         os.environ["PLGA_REPRODUCE"] = reproduce
     try:
         with watch_user_interrupt():
-            for name, dtype in _select(adapter, checks, groups, dtypes, keyword):
+            pairs = _select(adapter, checks, groups, dtypes, keyword)
+            for name, dtype in progress(pairs, "plga conformance", show=show_progress):
                 def stuck(message: str) -> None:
                     print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message} "
                           f"(profile {prof}, seed {run_seed})")
@@ -231,8 +234,6 @@ def check_kernel(
                 result = _run_one(adapter, name, dtype, prof, shrink, run_seed, check_timeout,
                                   expected.get(f"{name}[{dtype}]", expected.get(name)), stuck)
                 results.append(result)
-                if progress is not None:
-                    progress(result)
                 if exitfirst and result.status == "failed":
                     break
     finally:
@@ -246,7 +247,8 @@ def check_kernel(
         import warnings
 
         warnings.warn(f"expected_failures entries match no check: {unmatched}", stacklevel=2)
-    return ConformanceReport(adapter.name, prof, results, adapter.describe(), run_seed, time.perf_counter() - t_start)
+    header = {**adapter.describe(), "PLGA_* settings": ", ".join(f"{k}={v}" for k, v in plga_environment().items()) or "(none)"}
+    return ConformanceReport(adapter.name, prof, results, header, run_seed, time.perf_counter() - t_start)
 
 
 def refuse_baseline(adapter: Adapter) -> None:

@@ -15,6 +15,7 @@ import json
 import time
 from typing import Any
 
+from ..progress import progress
 from .controls import CONTROLS, Control
 from .runner import ConformanceReport, check_kernel, keyword_matcher
 
@@ -37,12 +38,11 @@ class ControlOutcome:
 
 
 def run_controls(*, profile: str = "quick", seed: int | None = None, check_timeout: float | None = None,
-                 names: list[str] | None = None) -> list[ControlOutcome]:
+                 names: list[str] | None = None, show_progress: bool = False) -> list[ControlOutcome]:
     """Every (or the named) control through the suite; a wrong one stops at its first failure."""
     out = []
-    for name, control in CONTROLS.items():
-        if names is not None and name not in names:
-            continue
+    chosen = [c for n, c in CONTROLS.items() if names is None or n in names]
+    for control in progress(chosen, "plga conformance --self-test", show=show_progress):
         report = check_kernel(control.make(), profile=profile, shrink=False, seed=seed, check_timeout=check_timeout,
                               exitfirst=not control.correct)
         out.append(ControlOutcome(control, report))
@@ -50,14 +50,14 @@ def run_controls(*, profile: str = "quick", seed: int | None = None, check_timeo
 
 
 def run_self_test(*, profile: str = "quick", seed: int | None = None, check_timeout: float | None = None,
-                  as_json: bool = False, keyword: str | None = None) -> int:
+                  as_json: bool = False, keyword: str | None = None, show_progress: bool = False) -> int:
     """Print the self-test and return its exit status (0: all caught, no false positive)."""
     t0 = time.perf_counter()
     names = None
     if keyword:
         match = keyword_matcher(keyword)
         names = [n for n in CONTROLS if match(n)]
-    outcomes = run_controls(profile=profile, seed=seed, check_timeout=check_timeout, names=names)
+    outcomes = run_controls(profile=profile, seed=seed, check_timeout=check_timeout, names=names, show_progress=show_progress)
     wrong = [o for o in outcomes if not o.control.correct]
     right = [o for o in outcomes if o.control.correct]
     caught = sum(o.ok for o in wrong)

@@ -204,8 +204,9 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 
 #: Shapes of the explicit boundary cases every profile runs first (B, H, S, T, d, dv, G family,
 #: G batched, scale): one length 1, small odd sizes, key tails past 64/128-wide key blocks,
-#: head dims 48/80/96/128, value widths ≠ d with tails past 16/32/64-wide tiles, head counts
-#: 5/7/13 past head chunks, the paper's 14 heads of 64, batched G, every scale region.
+#: head dims 48/80/96/128, value widths ≠ d with tails past 16/32/64/128-wide tiles (193),
+#: head counts 5/7/13/33 past head chunks of 4/8/16/32, the paper's 14 heads of 64, query
+#: tails past 128-row blocks (131), batch 5, batched G, every scale region.
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -216,6 +217,8 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (1, 2, 33, 200, 128, 128, "identity", False, 0.08),
     (2, 13, 1, 257, 8, 65, "sentinel", False, None),
     (1, 3, 9, 5, 6, 7, "random", False, 2.0),
+    (5, 33, 2, 70, 4, 193, "random", True, None),
+    (1, 1, 131, 131, 32, 32, "sentinel", False, 0.5),
 )
 
 
