@@ -204,7 +204,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
 
 def _add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("checkpoint", help="upstream .pth, .safetensors, or a folder with config.json")
-    p.add_argument("--tokens", required=True, help="token ids: .npy or a JSON list of lists (id 0 = padding)")
+    p.add_argument("--tokens", required=True, help="token ids: .npy/.npz, or JSON: a list of ids (one row) or a list "
+                   "of lists (id 0 = padding)")
     p.add_argument("--out", required=True, help="output .npz (written atomically)")
     p.add_argument("--config", help="JSON config (upstream hyperparameters or config.json); default: inferred")
     p.add_argument("--max-seq-len", type=int, default=1024, help="context length when inferring the config (default 1024)")

@@ -23,7 +23,7 @@ import numpy as np
 
 from ..atomic import atomic_path
 from ..errors import CheckpointError, CollapseRefusedError, DataFileError, UsageError
-from ..inputs import sha256_file
+from ..inputs import load_operator_arrays, sha256_file
 from ..progress import bar as _steps_bar
 from ..progress import progress as _bar
 from ..reference.checkpoint import COLLAPSED_KEY, is_collapsed, load_checkpoint, read_safetensors
@@ -595,17 +595,7 @@ def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1
 def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], key: str | None = None, plots: bool = True) -> dict[str, Any]:
     """``plga audit --operators FILE.npz``: audit every [L, H, d, d] array (or ``key``) of the file."""
     path = Path(path)
-    if not path.is_file():
-        raise DataFileError(f"operator file {path} does not exist")
-    try:
-        data = np.load(path, allow_pickle=False)
-    except Exception as exc:
-        raise DataFileError(f"{path} is not a readable .npz/.npy file: {exc}") from exc
-    arrays = {"G": data} if isinstance(data, np.ndarray) else {k: data[k] for k in data.files}
-    if key is not None:
-        if key not in arrays:
-            raise DataFileError(f"{path} has no array {key!r}; it holds {sorted(arrays)}")
-        arrays = {key: arrays[key]}
+    arrays = load_operator_arrays(path, key)  # regular files only; shapes and sizes checked before reading
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {

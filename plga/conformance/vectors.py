@@ -191,8 +191,16 @@ def check_vector(json_path: str | Path, outputs: dict[str, Any]) -> dict[str, di
     """
     from safetensors.numpy import load_file
 
-    meta = json.loads(Path(json_path).read_text())
-    tensors = load_file(str(Path(json_path).parent / meta["tensors"]))
+    from ..errors import DataFileError
+    from ..inputs import read_json, regular_file
+
+    meta = read_json(json_path, "vector file")
+    folder = Path(json_path).resolve().parent
+    tensor_path = (folder / str(meta.get("tensors", ""))).resolve()
+    if folder not in tensor_path.parents:
+        raise DataFileError(f"vector file {json_path} points outside its folder: {meta.get('tensors')!r}")
+    regular_file(tensor_path, "vector tensors")
+    tensors = load_file(str(tensor_path))
     tol = meta["tolerance"]
     report = {}
     for name in meta["outputs"]:
