@@ -1,6 +1,6 @@
 """Functional PLGA kernels in torch: RoPE, attention, the metric learner and the power stage.
 
-Every function here computes what :mod:`plga.reference.spec` computes (SPEC §1), batched over
+Every function here computes what :mod:`plga.reference.spec` computes (docs/spec.md §1), batched over
 batch and heads, on any device and in float64 / float32 / bfloat16. Names and tensors follow
 the published layer (``burcgokden/PLDR-LLM-with-KVG-cache``, ``power_law_attention_layer_v510``):
 ``A`` is the metric-learner output, ``A_LM = iSwiGLU(W A + b) + 1e-9``, ``A_P = A_LM^{⊙P}``,

@@ -5,11 +5,11 @@ with each value, a first-order bound ``e`` on its absolute rounding error (max o
 propagated by the usual rules (Higham, *Accuracy and Stability*, ch. 3: γₙ = nu/(1−nu) for
 sums and dot products; relative conditioning for exp, log, sqrt, division). A call into the
 reference is a black box: its own error is measured against the mpmath reference on the same
-float64 inputs (STYLE.md trait 3: "a multiple of the reference's own low-precision error"),
+float64 inputs ("a multiple of the reference's own low-precision error"),
 and input errors are pushed through it along a random direction. The tolerance of a float64
 comparison is derived from these bounds, never a bare constant.
 
-Lean's total-function conventions (FORMAL_CATALOG §1.3) are implemented here: ``x / 0 = 0``,
+Lean's total-function conventions (docs/spec.md §6) are implemented here: ``x / 0 = 0``,
 ``x⁻¹`` at 0 is 0, ``Real.sqrt`` of a negative is 0, ``Real.log x = log |x|`` with
 ``log 0 = 0``, and ``Real.rpow`` with ``x^0 = 1``, ``0^y = 0`` (y ≠ 0) and
 ``x^y = exp(y log|x|) cos(yπ)`` for x < 0.

@@ -115,7 +115,7 @@ def _head_row(ctx: Ctx) -> HandResult:
         q, k, v = (rng.normal(size=(s, d)) for _ in range(3))  # [S, d] each
         g = rng.normal(size=(d, d))
         pos = np.arange(s)
-        causal = np.tril(np.ones((s, s), dtype=bool))
+        causal = spec.causal_support(s, s)
         q_rot, k_rot = spec.rope(q, pos), spec.rope(k, pos)
         plga = spec.plga_attention(q_rot, g, k_rot, v, causal)
         fed = spec.rope(q @ g, pos) if ctx.mutation == "g before rope" else q_rot @ g
@@ -251,7 +251,7 @@ def lean_witness_gap(frozen: bool = False, base: float = 10000.0) -> float:
     def row1(rows: np.ndarray, gram_rows: np.ndarray) -> np.ndarray:
         q = spec.rope(rows, np.arange(len(rows)), base)  # [S, 2] rotated queries = keys
         g = spec.density_operator(spec.rope(gram_rows, np.arange(len(gram_rows)), base))  # [2, 2]
-        causal = np.tril(np.ones((len(rows), len(rows)), dtype=bool))
+        causal = spec.causal_support(len(rows), len(rows))
         return spec.plga_attention(q, g, q, rows, causal)[1]
 
     full = row1(x, x[:2] if frozen else x)

@@ -399,7 +399,7 @@ def _toy_model(ctx: Ctx, rng: np.random.Generator, L: int, d: int, vocab: int = 
             return []
         h = emb[np.asarray(x) % vocab]  # [S, d]
         S = len(x)
-        causal = np.tril(np.ones((S, S), dtype=bool))
+        causal = spec.causal_support(S, S)
         out = sum(ctx.spec.plga_attention(h, g, h, h, causal) for g in gs)
         return [row for row in out]
 

@@ -4,7 +4,7 @@ Following LeanDojo (``TracedTheorem.get_theorem_statement``), a statement is the
 from the declaration keyword to the ``:=`` that starts its proof (or body), comments removed;
 proof bodies are never parsed. Only locating comments, docstrings and declaration starts uses
 regular expressions (as ``check_axioms.py`` of PLDR-LLM-Math-Foundations does for names); the
-header itself goes through ``lean_subset.lark`` (STYLE.md trait 12, §3.9). Notation outside
+header itself goes through ``lean_subset.lark``. Notation outside
 the subset raises :class:`LeanSubsetError` naming file, line and token: never a silent skip.
 """
 

@@ -1,7 +1,7 @@
 """Definitions written in the Lean subset, for evaluation by unfolding.
 
 ``UPSTREAM`` transcribes the published definitions of ``PldrLlm`` (PLDR-LLM-Math-Foundations,
-as paraphrased in FORMAL_CATALOG.md §2) that bridge theorems such as
+as stated in formal/Plga/*.lean) that bridge theorems such as
 ``sigmoid u = PldrLlm.sigmoid u`` refer to; they are independent of ``reference/spec.py``, so a
 bridge theorem checks the reference against the published definition. ``MIRRORS`` gives a
 subset body for a project definition whose Lean body is outside the subset, so that the sympy

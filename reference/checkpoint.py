@@ -1,6 +1,6 @@
 """Loading PLDR-LLM weights safely: upstream ``.pth`` (weights only) and safetensors.
 
-Parameters are a plain ``dict`` keyed by the upstream state-dict names (SPEC §2) holding
+Parameters are a plain ``dict`` keyed by the upstream state-dict names (docs/spec.md §2) holding
 NumPy arrays as stored (float32 for released checkpoints). Nothing here ever runs an
 unrestricted pickle: ``.pth`` files go through ``torch.load(weights_only=True)``; safetensors
 need no torch at all.
@@ -11,7 +11,7 @@ before ``torch.load``, and its tensors (kinds, views that repeat data) before an
 keys and shapes are checked against the configuration (:class:`PLDRConfig` bounds every field)
 before the weights are converted. Every refusal is one :class:`CheckpointError` naming the file.
 
-This module is also the one home of the *collapsed* checkpoint format (SPEC §3, inference
+This module is also the one home of the *collapsed* checkpoint format (docs/spec.md §3, inference
 collapse) and of writing model folders (:func:`save_safetensors`). A collapsed checkpoint is a
 folder with ``model.safetensors`` and ``config.json``:
 

@@ -1,4 +1,4 @@
-"""``PLDRConfig``: the hyperparameters of a PLDR-LLM v510 decoder (SPEC §2)."""
+"""``PLDRConfig``: the hyperparameters of a PLDR-LLM v510 decoder (docs/spec.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The PLDR-LLM v510 decoder built from the spec functions, with its caches (SPEC §2–3).
+"""The PLDR-LLM v510 decoder built from the spec functions, with its caches (docs/spec.md §2–3).
 
 Readable and exact, not fast: float64 NumPy by default, mpmath when the parameters are
 object arrays of ``mpf`` (see :func:`to_backend`). Mirrors the published implementation
@@ -21,7 +21,7 @@ from .config import PLDRConfig
 from .numerics import DEFAULT_DPS, Array, float32_sqrt, is_mp, scalar, to_mp
 from .sampling import check_sampling, check_seed, sample_next
 
-#: Generation modes (SPEC §3), the same names and meanings in the reference and the kernels:
+#: Generation modes (docs/spec.md §3), the same names and meanings in the reference and the kernels:
 #: ``nocache`` full recompute every step; ``kv`` K, V and the prompt's generator A cached;
 #: ``kvg`` A_LM and G_LM frozen too; ``collapsed`` one constant operator per layer (the metric
 #: learner never runs) with K, V cached — under a constant operator kv and kvg coincide.
@@ -246,7 +246,7 @@ def decoder_layer(
     """One post-LN decoder layer: PLGA attention, residual + LN, gated FFN, residual + LN.
 
     Without ``cache`` this is the full (prompt or no-cache) pass; with ``cache`` it is a
-    cached step whose new rows attend to the cached keys (SPEC §3). Returns the new hidden
+    cached step whose new rows attend to the cached keys (docs/spec.md §3). Returns the new hidden
     state [B, S, D], the deductive tensors and the updated cache.
     """
     p = f"decoder.dec_layers.{layer}."
@@ -306,7 +306,7 @@ def forward(
     """The full forward pass on token ids [B, S] (id 0 is padding) → logits [B, S, V].
 
     ``constant_g`` (one [H, d, d] or [B, H, d, d] operator per layer) replaces the metric
-    learner: the collapsed / custom-G model of SPEC §3.
+    learner: the collapsed / custom-G model of docs/spec.md §3.
     """
     tokens = _check_tokens(tokens, config)
     _check_constant_g(constant_g, config)
@@ -397,7 +397,7 @@ def generate(
 ) -> GenerationResult:
     """Decode ``max_new_tokens`` tokens after ``prompt`` [B, S] (greedy unless temperature > 0).
 
-    Modes (:data:`MODES`, SPEC §3): ``nocache`` recomputes the whole forward (so G) every step;
+    Modes (:data:`MODES`, docs/spec.md §3): ``nocache`` recomputes the whole forward (so G) every step;
     ``kv`` caches rotated K, V and the prompt's generator A and recomputes G_LM from that frozen
     A; ``kvg`` also freezes A_LM and G_LM; ``collapsed`` uses ``constant_g`` on the prompt and
     every step and never runs the learner. ``constant_g`` goes with ``collapsed`` or ``nocache``

@@ -86,7 +86,7 @@ sqrt = elementwise(np.sqrt, mpmath.sqrt)
 
 
 def rpow(base: Any, exponent: Any) -> Any:
-    """Elementwise real power with Mathlib's ``Real.rpow`` conventions (FORMAL_CATALOG §1.3).
+    """Elementwise real power with Mathlib's ``Real.rpow`` conventions (docs/spec.md §6).
 
     ``x^y`` for ``x > 0``; ``x^0 = 1`` for every x; ``0^y = 0`` for ``y ≠ 0``; and for
     ``x < 0``, ``|x|^y · cos(yπ)``. On positive bases it is exactly ``np.power``.

@@ -7,7 +7,7 @@ arguments in the same order. Functions act on the last axis (vectors) or the las
 
 Two numeric backends share these definitions: float64 arrays, and object arrays of
 ``mpmath.mpf`` (see :mod:`plga.reference.numerics`). Nothing here is optimised; it is
-written to be read against the paper (B. Gokden, *Power law graph attention*, 2026) and SPEC.md.
+written to be read against the paper (B. Gokden, *Power law graph attention*, 2026) and docs/spec.md.
 """
 
 from __future__ import annotations
@@ -21,11 +21,11 @@ import numpy as np
 from ..errors import InputError
 from .numerics import Array, exp, is_mp, rpow, scalar, sqrt
 
-#: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
+#: Metric-tensor floor ``epsilonAdj`` (docs/spec.md §1.5).
 EPSILON_ADJ = 1e-9
-#: LayerNorm epsilon used everywhere in the model (SPEC §1.2).
+#: LayerNorm epsilon used everywhere in the model (docs/spec.md §1.2).
 LAYER_NORM_EPS = 1e-6
-#: The upstream additive mask value (SPEC §1.8).
+#: The upstream additive mask value (docs/spec.md §1.8).
 MASK_FILL = -1e9
 
 GluParams = tuple[Array, Array, Array, Array, Array, Array]
@@ -144,7 +144,7 @@ def layer_norm(r: Any, gamma: Any, beta: Any, eps: float = LAYER_NORM_EPS) -> An
     return normed * gamma + beta
 
 
-# --- The metric learner (SPEC §1.3) ---------------------------------------------------------
+# --- The metric learner (docs/spec.md §1.3) ---------------------------------------------------------
 
 
 def swiglu(x: Any, w1: Any, b1: Any, w2: Any, b2: Any, w3: Any, b3: Any) -> Any:
@@ -160,7 +160,7 @@ def swiglu(x: Any, w1: Any, b1: Any, w2: Any, b2: Any, w3: Any, b3: Any) -> Any:
 def res_unit(
     x: Any, blocks: Sequence[GluParams], gamma: Any, beta: Any, eps: float = LAYER_NORM_EPS
 ) -> Any:
-    """Lean ``resUnit``: LN(glu_k ∘ … ∘ glu_1(x) + x), one residual unit of Φ_res (SPEC §1.3)."""
+    """Lean ``resUnit``: LN(glu_k ∘ … ∘ glu_1(x) + x), one residual unit of Φ_res (docs/spec.md §1.3)."""
     y = x
     for block in blocks:
         y = swiglu(y, *block)  # [..., d]
@@ -174,7 +174,7 @@ def metric_learner(
     units: Sequence[tuple[Sequence[GluParams], Any, Any]],
     eps: float = LAYER_NORM_EPS,
 ) -> Any:
-    """Lean ``metricLearner``: A = Φ_res(LN(D)), the generator (SPEC §1.2–1.3, §2).
+    """Lean ``metricLearner``: A = Φ_res(LN(D)), the generator (docs/spec.md §1.2–1.3, §2).
 
     ``density`` is D = QᵀQ [..., d, d]; the LayerNorm and every unit act on its rows.
     ``units`` is a list of ``(blocks, gamma, beta)``, one per residual unit.
@@ -185,7 +185,7 @@ def metric_learner(
     return a
 
 
-# --- Power law stage (SPEC §1.5–1.7) --------------------------------------------------------
+# --- Power law stage (docs/spec.md §1.5–1.7) --------------------------------------------------------
 
 
 def metric_tensor(a: Any, w: Any, b: Any, eps: float = EPSILON_ADJ) -> Any:
@@ -203,11 +203,11 @@ def hadamard_power(a_lm: Any, p: Any) -> Any:
 
 
 def energy_curvature(a_p: Any, a: Any, b_a: Any) -> Any:
-    """Lean ``energyCurvature``: G_LM = a A_P + b_a, a left matrix product (SPEC §1.7)."""
+    """Lean ``energyCurvature``: G_LM = a A_P + b_a, a left matrix product (docs/spec.md §1.7)."""
     return a @ a_p + b_a
 
 
-# --- Attention (SPEC §1.8; InferenceCollapse.lean) ------------------------------------------
+# --- Attention (docs/spec.md §1.8; InferenceCollapse.lean) ------------------------------------------
 
 
 def _root_d(q: Any, sqrt_d: float | None) -> Any:
@@ -379,7 +379,7 @@ def row_clone(alpha: Any, n: int) -> Any:
 
 
 def dag_loss(m: Any) -> Any:
-    """Lean ``dagLoss``: DL(M) = |log(tr exp(M ⊙ M) / d)| (NOTEARS, SPEC §4).
+    """Lean ``dagLoss``: DL(M) = |log(tr exp(M ⊙ M) / d)| (NOTEARS, docs/spec.md §4).
 
     Float64: from the eigenvalues λ of N = M ⊙ M with a log-sum-exp shift, so it never
     overflows (tr exp N = Σ e^{λ_i}). mpmath: the matrix exponential itself.

@@ -1,5 +1,5 @@
 /-
-# Inference collapse at model level (paper Thm. 5.4, Prop. 5.2(i); SPEC §3)
+# Inference collapse at model level (paper Thm. 5.4, Prop. 5.2(i); docs/spec.md §3)
 
 No new definitions. A decoder "parameterised by an operator generator" is modelled as
 

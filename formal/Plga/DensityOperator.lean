@@ -60,7 +60,7 @@ theorem density_rank_le {S d : ℕ} (Q : Matrix (Fin S) (Fin d) ℝ) :
   PldrLlm.density_rank_le Q
 
 /-- Paper: Prop. 3.6. Entry formula D_ij = Σ_s Q_si Q_sj: every query row s contributes,
-so appending a row changes D (the global Gram of SPEC §3). -/
+so appending a row changes D (the global Gram of docs/spec.md §3). -/
 theorem densityOperator_apply {S d : ℕ} (Q : Matrix (Fin S) (Fin d) ℝ) (i j : Fin d) :
     densityOperator Q i j = ∑ s, Q s i * Q s j := by
   simp only [densityOperator, Matrix.mul_apply, Matrix.transpose_apply]

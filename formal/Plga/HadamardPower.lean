@@ -1,5 +1,5 @@
 /-
-# The power law stage: A_P = A_LM^{⊙P} and G_LM = a A_P + b_a (paper Prop. 3.7, SPEC §1.6–1.7)
+# The power law stage: A_P = A_LM^{⊙P} and G_LM = a A_P + b_a (paper Prop. 3.7, docs/spec.md §1.6–1.7)
 
 Definitions (Python mirror in `reference/spec.py`):
 

@@ -1,5 +1,5 @@
 /-
-# The metric learner Φ_res (SPEC §1.3; paper Prop. 5.12, stage "shared row map")
+# The metric learner Φ_res (docs/spec.md §1.3; paper Prop. 5.12, stage "shared row map")
 
 Definitions (Python mirror in `reference/spec.py`). Each stage acts on the rows of the d×d
 density operator independently; Lean states the row map and applies it per row.

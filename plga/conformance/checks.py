@@ -28,6 +28,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 from ..datafiles import GOLDEN_CHECKPOINT, TRAINED_G_LM, missing_reason
+from ..reference.spec import causal_support
 from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
@@ -514,7 +515,7 @@ def check_sdpa_identity(ctx: Context) -> None:
         if c.causal and c.s == c.t:
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True, scale=c.scale)
         elif c.causal:
-            mask = torch.ones(c.s, c.t, dtype=torch.bool, device=t["q"].device).tril(diagonal=c.t - c.s)[None, None]
+            mask = torch.from_numpy(causal_support(c.s, c.t)).to(t["q"].device)[None, None]
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mask, scale=c.scale)
         else:
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], scale=c.scale)

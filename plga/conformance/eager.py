@@ -1,7 +1,7 @@
 """Eager torch PLGA math in any dtype: the *baseline* of the tolerance policy.
 
 The tolerance policy (:mod:`plga.conformance.tolerance`) compares a kernel with the float64 /
-mpmath ground truth *and* with this module: the same mathematics as SPEC.md, written the
+mpmath ground truth *and* with this module: the same mathematics as docs/spec.md, written the
 obvious way in torch and evaluated in the kernel's own dtype. Its error against the ground
 truth measures what rounding alone costs in that dtype; a kernel may be at most ``k`` times
 worse (flash-attention's ``attention_ref(..., upcast=False, reorder_ops=True)``).
@@ -30,12 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor
 
-#: Metric-tensor floor ``epsilonAdj`` (SPEC §1.5).
-EPSILON_ADJ = 1e-9
-#: LayerNorm epsilon (SPEC §1.2).
-LAYER_NORM_EPS = 1e-6
-#: The published additive mask value (SPEC §1.8).
-MASK_FILL = -1e9
+from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
 
 ORDERS = ("natural", "reordered")
 #: Attention has two more variants: √scale applied to both q and k (torch's SDPA math path),
@@ -44,6 +39,11 @@ ATTENTION_ORDERS = ("natural", "reordered", "split_scale", "log_softmax")
 
 
 # --- Attention ------------------------------------------------------------------------------
+
+
+def _causal(s: int, t: int, device: Any) -> Tensor:
+    """The project's one causal convention (:func:`plga.reference.spec.causal_support`) [S, T]."""
+    return torch.from_numpy(causal_support(s, t)).to(device)
 
 
 def attention_support(
@@ -56,7 +56,7 @@ def attention_support(
     """
     allowed: Tensor | None = None
     if causal:
-        allowed = torch.ones(s, t, dtype=torch.bool, device=device).tril(diagonal=t - s)[None, None]
+        allowed = _causal(s, t, device)[None, None]
     if key_padding_mask is not None:
         keys = (~key_padding_mask.to(torch.bool))[:, None, None, :]  # [B, 1, 1, T]
         allowed = keys if allowed is None else allowed & keys
@@ -280,7 +280,7 @@ class EagerDecoder:
         # precision policy of plga.kernels; one more legitimate way to evaluate the same math
         self.chain_dtype = torch.float32 if wide_chain and dtype in (torch.bfloat16, torch.float16) else dtype
         self.p = {k: torch.as_tensor(v).to(device=self.device, dtype=dtype) for k, v in state.items()}
-        # both square roots in float32, as the published code computes them (SPEC §2)
+        # both square roots in float32, as the published code computes them (docs/spec.md §2)
         self.sqrt_d_model = float(torch.tensor(float(config.d_model), dtype=torch.float32).sqrt())
         self.sqrt_depth = float(torch.tensor(float(config.depth), dtype=torch.float32).sqrt())
 
@@ -352,8 +352,7 @@ class EagerDecoder:
             v = torch.cat([cache.v, v], dim=2)
             key_allowed = torch.cat([cache.key_allowed, torch.ones(h.shape[:2], dtype=torch.bool, device=h.device)], dim=1)
             s_new, t_all = h.shape[1], k.shape[2]
-            causal = torch.ones(s_new, t_all, dtype=torch.bool, device=h.device).tril(diagonal=t_all - s_new)
-            support = key_allowed[:, None, :] & causal[None]
+            support = key_allowed[:, None, :] & _causal(s_new, t_all, h.device)[None]
         else:
             assert support is not None
             key_allowed = support[:, -1, :]
@@ -376,7 +375,7 @@ class EagerDecoder:
     def forward(self, tokens: Tensor, constant_g: Sequence[Tensor] | None = None) -> tuple[Tensor, list[dict[str, Tensor]], list[LayerCache]]:
         tokens = torch.as_tensor(tokens, device=self.device).long()
         s = tokens.shape[1]
-        support = torch.ones(s, s, dtype=torch.bool, device=self.device).tril()[None] & (tokens != 0)[:, None, :]
+        support = _causal(s, s, self.device)[None] & (tokens != 0)[:, None, :]
         positions = torch.arange(s, device=self.device)
         h = self.embed(tokens)
         deds, caches = [], []

@@ -39,7 +39,7 @@ def support_np(b: int, s: int, t: int, *, causal: bool, key_padding_mask: Any) -
     """Allowed (query, key) pairs [B or 1, 1, S, T] bool (bottom-right causal), or None."""
     allowed = None
     if causal:
-        allowed = np.tril(np.ones((s, t), dtype=bool), k=t - s)[None, None]
+        allowed = spec.causal_support(s, t)[None, None]
     if key_padding_mask is not None:
         keys = ~to_np(key_padding_mask).astype(bool)[:, None, None, :]  # [B, 1, 1, T]
         allowed = keys if allowed is None else allowed & keys

@@ -1,6 +1,6 @@
 """Library entry points: ``check_kernel``, ``parametrize_with_checks`` and ``quick_summary``.
 
-sklearn's ``check_estimator`` / ``parametrize_with_checks`` pattern (STYLE trait 14): a kernel
+sklearn's ``check_estimator`` / ``parametrize_with_checks`` pattern: a kernel
 engineer runs every check from Python, or drops one decorator into their own pytest file and
 selects a check with ``-k``.
 """

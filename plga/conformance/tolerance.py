@@ -1,7 +1,7 @@
 """The tolerance policy of the conformance suite, in one place.
 
 Every value comparison in the suite goes through :func:`assert_conforms`. It takes three
-things (flash-attention's ``out_ref`` / ``out_pt`` / ``out`` pattern, STYLE trait 3):
+things (flash-attention's ``out_ref`` / ``out_pt`` / ``out`` pattern, the tolerance policy's three-result pattern):
 
 * **truth** — the float64 reference, or mpmath (object arrays of ``mpf``) where the kernel
   itself computes in float64;
@@ -76,7 +76,7 @@ MAGNITUDE_ULPS = 4.0
 #: Checks that override ``k``, with the reason. Kept here so the policy is read in one place.
 _CHAIN_REASON = (
     "downstream of the power stage A_LM^P, which amplifies ulp differences by orders of magnitude "
-    "(IMPLEMENTATIONS §1.10): kernel and baseline errors are two samples of one heavy-tailed "
+    "(docs/spec.md §1.6, §2.8): kernel and baseline errors are two samples of one heavy-tailed "
     "distribution; the ratio measured on 113 draws has median ≈ 1, p99 ≈ 3.2"
 )
 K_OVERRIDES: dict[str, tuple[float, str]] = {

@@ -2,7 +2,7 @@
 
 Every pinned number is computed here by an independent, straightforward NumPy computation
 (loops, the real 2×2-block form of the RoPE commutant) — not by calling the code under test —
-and checked against the facts in ``tests/data/README.md`` and IMPLEMENTATIONS.md §2.5.
+and checked against the facts in ``tests/data/README.md`` and docs/spec.md §3.9, §5.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ G_FILE = DATA / "upstream" / "pldrv51_110m_1_G_LM.npz"
 
 pytestmark = pytest.mark.skipif(not G_FILE.is_file(), reason=f"real G_LM absent: {G_FILE} (PLGA_SHARED_DATA points at a folder without it)")
 
-#: IMPLEMENTATIONS.md §2.5 table.
+#: docs/spec.md §3.9, §5 table.
 MEDIAN_S2_S1 = [0.000471, 0.000126, 0.743, 0.708, 0.956]
 MEDIAN_FRO = [128.838, 124.955, 168.182, 97.161, 69.777]
 G000 = [1.5284355e-05, 1.1058786e-05, -0.13543952, -0.11069454, -0.076917574]

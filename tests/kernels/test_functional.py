@@ -1,4 +1,4 @@
-"""Functional PLGA kernels against the float64 reference (SPEC §1) and the tolerance policy."""
+"""Functional PLGA kernels against the float64 reference (docs/spec.md §1) and the tolerance policy."""
 
 from __future__ import annotations
 
@@ -140,7 +140,7 @@ def test_identity_G_is_sdpa_bit_for_bit():
 
 
 def test_batched_equals_per_slice():
-    """A batched multi-head call equals the per-(batch, head) calls (STYLE trait 7b)."""
+    """A batched multi-head call equals the per-(batch, head) calls."""
     q, k, v, G = _inputs(7, 3, 5, 6, 9, 4, 3, "batch")
     mask = torch.zeros(3, 9, dtype=torch.bool)
     mask[2, :3] = True

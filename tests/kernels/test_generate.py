@@ -1,4 +1,4 @@
-"""Generation: cache modes, collapse, custom G and sampling against the reference (SPEC §3)."""
+"""Generation: cache modes, collapse, custom G and sampling against the reference (docs/spec.md §3)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""PLDRModel against the golden vectors and the float64 reference decoder (SPEC §2)."""
+"""PLDRModel against the golden vectors and the float64 reference decoder (docs/spec.md §2)."""
 
 from __future__ import annotations
 

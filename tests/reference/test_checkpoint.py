@@ -1,4 +1,4 @@
-"""Loading weights: safe formats only, one clear error listing every problem (SPEC §2)."""
+"""Loading weights: safe formats only, one clear error listing every problem (docs/spec.md §2)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Decoder semantics: caches, constant G, sampling, masks and input validation (SPEC §2–3)."""
+"""Decoder semantics: caches, constant G, sampling, masks and input validation (docs/spec.md §2–3)."""
 
 from __future__ import annotations
 

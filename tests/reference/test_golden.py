@@ -1,4 +1,4 @@
-"""The reference against the golden vectors of the published v510 implementation (SPEC §5)."""
+"""The reference against the golden vectors of the published v510 implementation (docs/spec.md §5)."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_greedy_generation(golden, mode):
 
 
 def test_nocache_differs_from_kv_in_this_uncollapsed_model(golden):
-    """The golden model is random: recomputing G must change the decoded tokens (SPEC §5)."""
+    """The golden model is random: recomputing G must change the decoded tokens (docs/spec.md §5)."""
     _, _, z = golden
     assert not np.array_equal(z["gen.nocache.tokens"], z["gen.kv.tokens"])
 

@@ -1,4 +1,4 @@
-"""The mpmath backend: the SDPA identity to 1e-40 and agreement with float64 (SPEC §1)."""
+"""The mpmath backend: the SDPA identity to 1e-40 and agreement with float64 (docs/spec.md §1)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Numerical hazards of IMPLEMENTATIONS.md §1.10: detected and named, or provably stable.
+"""Numerical hazards of docs/spec.md §1.6, §2.8: detected and named, or provably stable.
 
 - ``A_LM ** P`` overflow (tiny ``A_LM`` with negative exponents) → ``NonFiniteError`` naming
   layer and heads, in the reference and the kernels, in every cache mode;

@@ -1,4 +1,4 @@
-"""PLGA attention given G against the float64/mpmath reference (SPEC §1.8)."""
+"""PLGA attention given G against the float64/mpmath reference (docs/spec.md §1.8)."""
 
 import pytest
 

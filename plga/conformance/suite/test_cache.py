@@ -1,4 +1,4 @@
-"""Cached decoding: nocache, kv, kvg, collapsed, and their fidelity (SPEC §3)."""
+"""Cached decoding: nocache, kv, kvg, collapsed, and their fidelity (docs/spec.md §3)."""
 
 import pytest
 

@@ -1,4 +1,4 @@
-"""The operator chain from rotated queries to G_LM (SPEC §1.1–1.7)."""
+"""The operator chain from rotated queries to G_LM (docs/spec.md §1.1–1.7)."""
 
 import pytest
 

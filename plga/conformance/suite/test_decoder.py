@@ -1,4 +1,4 @@
-"""The decoder forward from a state dict, learner and constant G (SPEC §2, §3)."""
+"""The decoder forward from a state dict, learner and constant G (docs/spec.md §2, §3)."""
 
 import pytest
 
