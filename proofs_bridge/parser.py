@@ -11,7 +11,6 @@ the subset raises :class:`LeanSubsetError` naming file, line and token: never a 
 from __future__ import annotations
 
 import re
-import stat
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -20,6 +19,7 @@ from lark import Lark, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedEOF, UnexpectedInput, UnexpectedToken
 
 from ..errors import DataFileError, LeanSubsetError
+from ..inputs import read_text
 from . import syntax as S
 
 GRAMMAR_PATH = Path(__file__).with_name("lean_subset.lark")
@@ -48,32 +48,11 @@ def forbidden_in(text: str) -> list[tuple[int, str]]:
 
 
 def read_lean_source(path: str | Path, display: str | None = None) -> str:
-    """The text of a regular file of at most :data:`MAX_LEAN_BYTES` (UTF-8).
-
-    A link to a device (``/dev/zero``), a FIFO, a folder or an oversized file is refused with
-    one :class:`DataFileError` line before anything is read.
-    """
-    path = Path(path)
-    name = display or str(path)
-    try:
-        st = path.stat()
-    except OSError as exc:
-        raise DataFileError(f"{name}: cannot read it ({exc.strerror or exc})") from None
-    if not stat.S_ISREG(st.st_mode):
-        raise DataFileError(f"{name}: not a regular file (a device, FIFO or folder, or a link to one); refusing to read it")
-    if st.st_size > MAX_LEAN_BYTES:
-        raise DataFileError(f"{name}: {st.st_size} bytes, over the {MAX_LEAN_BYTES}-byte limit for a Lean file")
-    try:
-        with open(path, "rb") as fh:
-            data = fh.read(MAX_LEAN_BYTES + 1)
-    except OSError as exc:
-        raise DataFileError(f"{name}: cannot read it ({exc.strerror or exc})") from None
-    if len(data) > MAX_LEAN_BYTES:
-        raise DataFileError(f"{name}: grew past the {MAX_LEAN_BYTES}-byte limit for a Lean file while being read")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise DataFileError(f"{name}: not UTF-8 text (byte {exc.start})") from None
+    """The text of a regular file of at most :data:`MAX_LEAN_BYTES` (UTF-8), through the
+    project's one bounded reader (:func:`plga.inputs.read_text`): a link to a device
+    (``/dev/zero``), a FIFO, a folder or an oversized file is refused with one
+    :class:`DataFileError` line before anything is read. ``display`` names the file in it."""
+    return read_text(path, f"Lean file {display}" if display else "Lean file", DataFileError, MAX_LEAN_BYTES)
 
 
 @lru_cache(maxsize=1)

@@ -153,7 +153,7 @@ def test_oversized_lean_file_is_refused(tmp_path: Path):
     big = tmp_path / "Big.lean"
     with open(big, "wb") as fh:
         fh.truncate(2 << 20)  # sparse: 2 MiB declared, nothing written
-    with pytest.raises(DataFileError, match="byte limit"):
+    with pytest.raises(DataFileError, match="at most 1048576 are read"):
         read_lean_source(big, "Big.lean")
 
 
