@@ -215,9 +215,17 @@ def _check_tokens(tokens: Array, config: PLDRConfig, offset: int = 0) -> Array:
     return tokens.astype(np.int64)
 
 
-def _check_constant_g(g: Sequence[Array] | None, config: PLDRConfig) -> None:
+def _constant_operators(g: Sequence[Array] | str | None, config: PLDRConfig) -> Sequence[Array] | None:
+    """``constant_g`` checked: one [H, d, d] (or [B, H, d, d]) operator per layer, or
+    ``"identity"`` (SDPA in every layer), or None (the metric learner runs)."""
     if g is None:
-        return
+        return None
+    if isinstance(g, str):
+        if g != "identity":
+            raise InputError(f"unknown constant_g {g!r}; use 'identity', plga.inputs.load_operators(spec, config), "
+                             "or one [H, d, d] array per layer")
+        eye = np.broadcast_to(np.eye(config.depth), (config.num_heads, config.depth, config.depth))
+        return [eye] * config.num_layers
     if len(g) != config.num_layers:
         raise InputError(f"constant G needs one operator per layer ({config.num_layers}), got {len(g)}")
     want = (config.num_heads, config.depth, config.depth)
@@ -230,6 +238,7 @@ def _check_constant_g(g: Sequence[Array] | None, config: PLDRConfig) -> None:
                 raise InputTypeError(f"constant G of layer {i} must be floating point, got dtype {arr.dtype}")
             if not np.all(np.isfinite(arr)):
                 raise InputError(f"constant G of layer {i} has non-finite entries (NaN or inf)")
+    return g
 
 
 def decoder_layer(
@@ -309,7 +318,7 @@ def forward(
     learner: the collapsed / custom-G model of docs/spec.md §3.
     """
     tokens = _check_tokens(tokens, config)
-    _check_constant_g(constant_g, config)
+    constant_g = _constant_operators(constant_g, config)
     params = backend_params(params)
     support = attention_support(tokens)  # [B, S, S]
     positions = np.arange(tokens.shape[1])
@@ -346,7 +355,7 @@ def step(
     tokens = _check_tokens(tokens, config, offset)
     if tokens.shape[0] != caches[0].k.shape[0]:
         raise InputError(f"step has batch {tokens.shape[0]} but the cache holds batch {caches[0].k.shape[0]}")
-    _check_constant_g(constant_g, config)
+    constant_g = _constant_operators(constant_g, config)
     params = backend_params(params)
     positions = np.arange(offset, offset + tokens.shape[1])
     h = embed(params, config, tokens)
@@ -408,7 +417,7 @@ def generate(
     check_generation(mode, constant_g is not None, max_new_tokens)
     check_sampling(temperature, top_k, top_p)
     seed = check_seed(seed)
-    _check_constant_g(constant_g, config)
+    constant_g = _constant_operators(constant_g, config)
     tokens = _check_tokens(prompt, config)
     if tokens.shape[1] + max_new_tokens > config.max_seq_len:
         raise InputError(

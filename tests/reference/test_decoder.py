@@ -132,3 +132,17 @@ def test_overflowing_power_stage_is_reported_with_layer_and_head():
     params[key + "pwlst"] = pw
     with pytest.raises(decoder.NonFiniteError, match=r"layer 0: A_P is not finite in heads \[1\]"):
         decoder.forward(params, CONFIG, PROMPT)
+
+
+def test_identity_constant_g_by_name():
+    """``constant_g="identity"`` means SDPA in every layer, as on the kernels; other names are refused."""
+    eye = [np.broadcast_to(np.eye(CONFIG.depth), (CONFIG.num_heads, CONFIG.depth, CONFIG.depth))] * CONFIG.num_layers
+    named = decoder.forward(PARAMS, CONFIG, PROMPT, constant_g="identity")
+    explicit = decoder.forward(PARAMS, CONFIG, PROMPT, constant_g=eye)
+    np.testing.assert_array_equal(named.logits, explicit.logits)
+    learner = decoder.forward(PARAMS, CONFIG, PROMPT)
+    assert not np.array_equal(named.logits, learner.logits)  # the name really replaced the learner
+    with pytest.raises(ValueError, match="unknown constant_g 'random'"):
+        decoder.forward(PARAMS, CONFIG, PROMPT, constant_g="random")
+    gen = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "collapsed", constant_g="identity")
+    np.testing.assert_array_equal(gen.tokens, decoder.generate(PARAMS, CONFIG, PROMPT, 3, "collapsed", constant_g=eye).tokens)
