@@ -233,6 +233,33 @@ def _prefill(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     return {"fn": fn, "logits": logits, "digest_of": None}
 
 
+def eager_generate(model: Any, prompt: Any, n: int, mode: str) -> Any:
+    """Greedy decoding as the published algorithm does it, on the kernels' eager backend: every
+    pass computes the logits of all its positions (``logits="all"``) through the ``nn.Linear``
+    modules and materialized scores, and the loop takes the last row's argmax. Cached modes use
+    the model's static cache (``new_cache`` / ``step``); the published code grows its cache by
+    ``torch.cat`` each step instead (a copy of every layer's K, V per token), which this
+    baseline does not reproduce. → tokens [B, S + n]."""
+    import torch
+
+    with torch.inference_mode():
+        if mode == "nocache":
+            tokens = prompt
+            for _ in range(n):
+                logits = model(tokens, logits="all", backend="eager").logits[:, -1]  # [B, V]
+                tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+            return tokens
+        b, s = prompt.shape
+        cache = model.new_cache(b, s + n - 1 if n > 1 else s)
+        logits = model(prompt, logits="all", backend="eager", cache=cache).logits[:, -1]  # [B, V]
+        out = [prompt]
+        for i in range(n):
+            out.append(logits.argmax(-1, keepdim=True))  # [B, 1]
+            if i + 1 < n:
+                logits = model.step(out[-1], cache, mode, logits="all", backend="eager")[:, -1]
+        return torch.cat(out, dim=1)
+
+
 def _decode(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -244,23 +271,20 @@ def _decode(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
         from ..reference import decoder
 
         params64, cg = env["params64"], env["constant_g"]
-        ref_mode = "constant" if mode == "collapsed" else mode
-        fn = lambda: decoder.generate(params64, c, ids, n, ref_mode, constant_g=cg).tokens  # noqa: E731
+        fn = lambda: decoder.generate(params64, c, ids, n, mode, constant_g=cg).tokens  # noqa: E731
         if mode != "nocache":
             prefill_fn = lambda: decoder.forward(params64, c, ids, constant_g=cg).logits  # noqa: E731
     else:
         model = env["model"]
         prompt = torch.as_tensor(ids, device=device)
         if impl == "eager":
-            from .eager import EagerDecoder
-
-            eager = EagerDecoder(model)
-            fn = lambda: eager.generate(prompt, n, mode)  # noqa: E731
+            fn = lambda: eager_generate(model, prompt, n, mode)  # noqa: E731
             if mode != "nocache":
 
                 def prefill_fn() -> Any:
                     with torch.inference_mode():
-                        return eager.forward(prompt)[0]
+                        cache = model.new_cache(b, s + n - 1 if n > 1 else s)
+                        return model(prompt, logits="all", backend="eager", cache=cache).logits
 
         else:
             fn = lambda: model.generate(prompt, n, mode).tokens  # noqa: E731
