@@ -1,7 +1,7 @@
 """Planning a ``plga bench`` run: which cases, in which order, and what each should cost.
 
 A case is a plain JSON object (it travels to its own process, :mod:`.case`) with the keys
-``kind`` (limits | prefill | decode | command), ``config``, ``impl``, ``dtype``, ``batch``,
+``kind`` (limits | prefill | decode | accuracy | command), ``config``, ``impl``, ``dtype``, ``batch``,
 ``seq``, ``logits``, ``mode``, ``new_tokens``, ``capture`` and the run settings. Implementations:
 
 - ``reference``: the float64 NumPy reference (:mod:`plga.reference.decoder`);
@@ -51,6 +51,8 @@ def case_id(spec: dict[str, Any]) -> str:
         return f"limits/{spec.get('when', 'start')}"
     if spec["kind"] == "command":
         return "conformance/quick"
+    if spec["kind"] == "accuracy":
+        return f"accuracy/golden@{spec['dtype']}"
     impl = spec["impl"] + ("+" + spec["capture"] if spec.get("capture") else "")
     if spec.get("dtype", "float32") != "float32" and spec["impl"] != "reference":
         impl += "@" + spec["dtype"]
@@ -63,13 +65,14 @@ def case_id(spec: dict[str, Any]) -> str:
 def plan_cases(
     configs: Iterable[str], kinds: Iterable[str], *, quick: bool = False, runs: int = MIN_RUNS, warmup: int = 1,
     threads: int = 2, device: str = "cpu", dtype: str = "float32", seed: int = 0, overhead: bool = True,
-    low_precision: bool = True, capture: bool = False,
+    low_precision: bool = True, capture: bool = True,
 ) -> list[dict[str, Any]]:
     """The case specs of one run, in execution order (machine limits first and last).
 
     ``low_precision`` adds, for a float32 run, fused rows in :data:`LOW_DTYPE` beside the float32
-    ones (prefill at the largest shape, batch-1 cached decoding), so their ratios come from one
-    run; ``capture`` adds batch-1 cached decoding with the step compiled (``torch.compile``).
+    ones (prefill at the largest shape, batch-1 cached decoding) and the accuracy case on the
+    golden vectors, so their ratios come from one run; ``capture`` adds batch-1 cached decoding
+    in :data:`LOW_DTYPE` with the compiled GEMV (``PLDRModel.compile_decode``, ``torch.compile``).
     """
     kinds = set(kinds)
     unknown = kinds - set(CASE_KINDS)
@@ -112,8 +115,10 @@ def plan_cases(
                     cases.append({**dec, "impl": "fused", "overhead": overhead and cached_b1})
                     if cached_b1 and low:
                         cases.append({**dec, "impl": "fused", "dtype": low})
-                    if cached_b1 and capture:
-                        cases.append({**dec, "impl": "fused", "capture": "compile", "overhead": overhead})
+                    if cached_b1 and low and capture:
+                        cases.append({**dec, "impl": "fused", "dtype": low, "capture": "compile"})
+    if low and kinds & {"prefill", "decode"}:
+        cases.append({**base, "kind": "accuracy", "dtype": low, "runs": 1, "warmup": 0})
     if "conformance" in kinds:
         cases.append({**base, "kind": "command", "runs": 1, "warmup": 0})
     cases.append({**base, "kind": "limits", "when": "end"})

@@ -49,6 +49,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--no-low-precision", action="store_true", help="skip the bfloat16 fused rows a float32 run adds")
+    parser.add_argument("--no-capture", action="store_true", help="skip the compiled-GEMV bfloat16 decoding rows")
     parser.add_argument("--out", default=None, help="write the results JSON here (atomically)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny/small shapes, 2 runs (labelled: fewer than 5 runs)")
     parser.add_argument("--seed", type=int, default=0, help="weights and token seed (default 0)")
@@ -142,7 +143,7 @@ def bench_main(args: argparse.Namespace) -> int:
         raise UsageError("need --runs ≥ 1, --warmup ≥ 0, --threads ≥ 1")
     cases = plan_cases(configs, kinds, quick=args.quick, runs=runs, warmup=args.warmup, threads=args.threads,
                        device=args.device, dtype=args.dtype, seed=args.seed, overhead=not args.no_overhead,
-                       low_precision=not args.no_low_precision)
+                       low_precision=not args.no_low_precision, capture=not args.no_capture)
     argv = _conformance_argv(args.conformance_cmd) if "conformance" in kinds else None
     import signal
     import threading

@@ -15,11 +15,11 @@ def test_defaults_follow_the_issue():
     a = parse([])
     assert (a.runs, a.threads, a.device, a.dtype, a.warmup) == (5, 2, "cpu", "float32", 1)
     assert a.cases == "prefill,decode,reference,conformance"
-    assert not (a.no_low_precision or a.no_progress)
+    assert not (a.no_low_precision or a.no_capture or a.no_progress)
 
 
 def test_plan_full_matrix():
-    cases = P.plan_cases(["small", "paper-110m"], ["prefill", "decode", "reference"], capture=True)
+    cases = P.plan_cases(["small", "paper-110m"], ["prefill", "decode", "reference"])
     ids = [c["id"] for c in cases]
     assert len(ids) == len(set(ids))
     assert cases[0]["kind"] == cases[-1]["kind"] == "limits"
@@ -33,31 +33,34 @@ def test_plan_full_matrix():
     assert {c["mode"] for c in dec} == {"nocache", "kv", "kvg", "collapsed"}
     assert all((c["seq"], c["new_tokens"]) == (128, 64) for c in dec)
     assert {c["batch"] for c in dec if c["config"] == "small" and c["mode"] == "kv"} == {1, 8}
-    assert all(c["runs"] >= 5 for c in cases)
+    assert all(c["runs"] >= 5 for c in cases if c["kind"] != "accuracy")  # accuracy: one untimed check
     # overhead profiling: fused, batch 1, cached modes only
     prof = [c for c in dec if c.get("overhead")]
     assert prof and all(c["impl"] == "fused" and c["batch"] == 1 and c["mode"] != "nocache" for c in prof)
 
 
 def test_low_precision_and_capture_rows():
-    cases = P.plan_cases(["small"], ["prefill", "decode"], capture=True)
-    low = [c for c in cases if c.get("dtype") == "bfloat16"]
+    cases = P.plan_cases(["small"], ["prefill", "decode"])
+    low = [c for c in cases if c.get("dtype") == "bfloat16" and c["kind"] != "accuracy" and not c.get("capture")]
     assert {(c["kind"], c.get("batch"), c.get("seq"), c.get("mode")) for c in low} == {
         ("prefill", 8, 1024, None), *(("decode", 1, 128, m) for m in P.CACHED_MODES)
     }
     assert all(c["impl"] == "fused" and "@bfloat16" in c["id"] for c in low)
     comp = [c for c in cases if c.get("capture")]
-    assert {c["mode"] for c in comp} == set(P.CACHED_MODES) and all(c["batch"] == 1 and "+compile" in c["id"] for c in comp)
+    assert {c["mode"] for c in comp} == set(P.CACHED_MODES)
+    assert all(c["batch"] == 1 and c["dtype"] == "bfloat16" and "+compile@bfloat16" in c["id"] for c in comp)
+    assert [c["id"] for c in cases if c["kind"] == "accuracy"] == ["accuracy/golden@bfloat16"]
     none = P.plan_cases(["small"], ["prefill", "decode"], low_precision=False, capture=False)
     assert not [c for c in none if c.get("dtype") != "float32" or c.get("capture")]
     # a bfloat16 run has no extra low-precision rows (they would duplicate its own)
     run = P.plan_cases(["small"], ["prefill"], dtype="bfloat16")
     assert len([c for c in run if c.get("impl") == "fused" and (c["batch"], c["seq"]) == (8, 1024)]) == 1
+    assert not [c for c in run if c["kind"] == "accuracy"]
 
 
 def test_plan_quick_and_unknown_kinds():
     cases = P.plan_cases(["tiny"], ["prefill", "decode"], quick=True, runs=2)
-    assert all(c["runs"] == 2 for c in cases)
+    assert all(c["runs"] == 2 for c in cases if c["kind"] != "accuracy")
     assert max(c.get("seq", 0) + c.get("new_tokens", 0) for c in cases) <= PLDRConfig.from_name("tiny").max_seq_len
     with pytest.raises(UsageError, match="unknown case kinds"):
         P.plan_cases(["tiny"], ["prefil"])

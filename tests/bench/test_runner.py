@@ -36,6 +36,9 @@ def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
     assert by_id["nocache/small"]["measured"] == pytest.approx(3.0, rel=1e-6)
     assert by_id["bfloat16/prefill/paper-110m/b8s1024"]["measured"] == pytest.approx(2.0, rel=1e-6)
     assert by_id["bfloat16/prefill/paper-110m/b8s1024"]["status"] == "missed"
+    assert by_id["compile/small/kv"]["measured"] == pytest.approx(1.25, rel=0.01)  # timed runs spread 0–4 %
+    assert by_id["compile-break-even/small/kv"]["measured"] > 0
+    assert by_id["bfloat16/logits-error"]["measured"] == 0.25 and by_id["bfloat16/greedy-tokens"]["status"] == "met"
     assert by_id["reference/conformance-quick"]["status"] == "met"  # fake_run: 1 run of 0.01 s
     shapes = {r["id"]: r.get("warmup_shape") for r in doc["rows"] if r["status"] == "ok" and r["kind"] == "prefill"}
     assert shapes["paper-110m/prefill/eager/b8s1024/all"] == "reduced"  # est. > LONG_RUN_S at 100 GFLOP/s peak
@@ -44,6 +47,7 @@ def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
     assert all(r["same_tokens_as_eager"] for r in fused if not r.get("capture"))
     text = capsys.readouterr().out
     assert text.index("targets:") < text.index("machine limits") < text.index("| case |")  # verdicts first
+    assert "accuracy (bfloat16, golden prompts)" in text
     assert text.rstrip().endswith(f"wrote {out}")
     assert not (tmp_path / "bench.json.partial").exists()
 
@@ -61,7 +65,7 @@ def test_shapes_past_the_context_are_skipped_rows(monkeypatch, tmp_path, capsys)
     doc = json.loads(out.read_text())
     rows = [r for r in doc["rows"] if r["kind"] in ("prefill", "decode")]
     assert rows and all(r["status"] == "skipped" and "exceed the config's max_seq_len 64" in r["reason"] for r in rows)
-    assert all(i.startswith("limits") for i in seen)
+    assert all(i.startswith(("limits", "accuracy")) for i in seen)
     capsys.readouterr()
 
 
