@@ -49,6 +49,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--no-low-precision", action="store_true", help="skip the bfloat16 fused rows a float32 run adds")
+    parser.add_argument("--only", default=None, metavar="TEXT[,TEXT…]",
+                        help="run only the planned cases whose id contains one of these texts (the machine limits always run)")
     parser.add_argument("--no-capture", action="store_true", help="skip the compiled-GEMV bfloat16 decoding rows")
     parser.add_argument("--out", default=None, help="write the results JSON here (atomically)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny/small shapes, 2 runs (labelled: fewer than 5 runs)")
@@ -144,6 +146,9 @@ def bench_main(args: argparse.Namespace) -> int:
     cases = plan_cases(configs, kinds, quick=args.quick, runs=runs, warmup=args.warmup, threads=args.threads,
                        device=args.device, dtype=args.dtype, seed=args.seed, overhead=not args.no_overhead,
                        low_precision=not args.no_low_precision, capture=not args.no_capture)
+    if args.only:
+        wanted = _csv(args.only)
+        cases = [c for c in cases if c["kind"] == "limits" or any(w in c["id"] for w in wanted)]
     argv = _conformance_argv(args.conformance_cmd) if "conformance" in kinds else None
     import signal
     import threading
@@ -218,7 +223,8 @@ def _run_and_report(
         "load_avg": {"start": load_start, "end": _loadavg()},
         "settings": {"configs": configs, "cases": kinds, "runs": runs, "warmup": args.warmup, "threads": args.threads,
                      "device": args.device, "dtype": args.dtype, "quick": bool(args.quick), "seed": args.seed,
-                     "reference_budget_s": args.reference_budget_s, "meets_runs_rule": runs >= MIN_RUNS},
+                     "reference_budget_s": args.reference_budget_s, "meets_runs_rule": runs >= MIN_RUNS,
+                     "only": args.only},
         "targets": [v.to_json() for v in verdicts],
         "limits": limits,
         "limits_end": limits_end,

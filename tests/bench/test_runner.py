@@ -133,3 +133,21 @@ def test_conformance_command(monkeypatch, capsys):
     assert seen == [["true", "--x", "a b"]]
     out = capsys.readouterr().out
     assert "conformance quick profile" in out and "missed" in out  # 150 s > 120 s
+
+
+def test_only_runs_the_matching_cases(monkeypatch, capsys):
+    seen = []
+
+    def run(spec, timeout_s, threads):
+        seen.append(spec["id"])
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(R, "run_subprocess", run)
+    assert bench_main(parse(["--config", "small", "--cases", "prefill,decode", "--only", "decode/kvg/fused,b8s1024/last"])) == 0
+    assert seen[0] == "limits/start" and seen[-1] == "limits/end"
+    assert set(seen[1:-1]) == {
+        "small/decode/kvg/fused/b1s128n64", "small/decode/kvg/fused/b8s128n64", "small/prefill/fused/b8s1024/last",
+        "small/decode/kvg/fused@bfloat16/b1s128n64", "small/decode/kvg/fused+compile@bfloat16/b1s128n64",
+        "small/prefill/fused@bfloat16/b8s1024/last",
+    }
+    capsys.readouterr()
