@@ -115,7 +115,7 @@ def plan_cases(
                     cases.append({**dec, "impl": "fused", "overhead": overhead and cached_b1})
                     if cached_b1 and low:
                         cases.append({**dec, "impl": "fused", "dtype": low})
-                    if cached_b1 and low and capture:
+                    if cached_b1 and low and capture and device == "cpu":  # the compiled GEMV is a CPU path
                         cases.append({**dec, "impl": "fused", "dtype": low, "capture": "compile"})
     if low and kinds & {"prefill", "decode"}:
         cases.append({**base, "kind": "accuracy", "dtype": low, "runs": 1, "warmup": 0})

@@ -50,6 +50,7 @@ def test_low_precision_and_capture_rows():
     assert {c["mode"] for c in comp} == set(P.CACHED_MODES)
     assert all(c["batch"] == 1 and c["dtype"] == "bfloat16" and "+compile@bfloat16" in c["id"] for c in comp)
     assert [c["id"] for c in cases if c["kind"] == "accuracy"] == ["accuracy/golden@bfloat16"]
+    assert not [c for c in P.plan_cases(["small"], ["decode"], device="cuda") if c.get("capture")]
     none = P.plan_cases(["small"], ["prefill", "decode"], low_precision=False, capture=False)
     assert not [c for c in none if c.get("dtype") != "float32" or c.get("capture")]
     # a bfloat16 run has no extra low-precision rows (they would duplicate its own)
