@@ -4,7 +4,8 @@
     python benchmarks/render_results.py benchmarks/results/bench-<date>-cpu.json
 
 Ratios and targets are recomputed from the rows present, so a partial run renders too (its
-missing targets read "not measured").
+missing targets read "not measured"). Rows of the older ``plga-bench/1`` files take the run's
+dtype.
 """
 
 from __future__ import annotations
@@ -12,22 +13,21 @@ from __future__ import annotations
 import json
 import sys
 
-from plga.bench import harness as H
+from plga.bench.report import format_limits, format_rows, format_targets
+from plga.bench.rows import Row, add_ratios
+from plga.bench.targets import evaluate_targets
 
 
 def main(argv: list[str]) -> int:
     doc = json.loads(open(argv[1]).read())
-    rows = doc["rows"]
-    H.add_ratios(rows)
-    doc.setdefault("targets", H.evaluate_targets(doc))
-    print(H.format_limits(doc["limits"], doc.get("limits_end")))
+    dtype = (doc.get("settings") or {}).get("dtype", "float32")
+    rows = [Row.from_json({"dtype": dtype, **r}) for r in doc["rows"]]
+    add_ratios(rows)
+    print(format_targets(evaluate_targets(rows)))
     print()
-    print(H.format_rows(rows))
+    print(format_limits(doc["limits"], doc.get("limits_end")))
     print()
-    print(H.format_targets(doc["targets"]))
-    notes = doc.get("notes") or H.closing_notes(doc)
-    for n in notes:
-        print(f"- {n}")
+    print(format_rows(rows))
     return 0
 
 

@@ -15,6 +15,7 @@ wider whatever the model dtype.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -103,6 +104,12 @@ class PLDRModel(nn.Module):
 
     #: Check deductive tensors and hidden states for NaN / inf after every forward and step.
     check_finite: bool = True
+    #: Opt-in: batch-1 decoding products of a bfloat16 / float16 model on the CPU run a compiled
+    #: GEMV (:func:`plga.kernels.packed.rows_gemv`, ``torch.compile``): about twice the rate of
+    #: torch's own low-precision GEMV, after a one-time compilation per weight shape (seconds;
+    #: cached on disk across processes). No effect in other dtypes, on other devices, or with
+    #: more than one row per product.
+    compile_decode: bool = False
 
     def __init__(self, config: PLDRConfig, *, collapsed: bool = False) -> None:
         super().__init__()
@@ -353,7 +360,7 @@ class PLDRModel(nn.Module):
             q = KF.apply_rope(heads(mha.wq(h)), cos, sin, c.rope_style)
             k = KF.apply_rope(heads(mha.wk(h)), cos, sin, c.rope_style)
             return q, k, heads(mha.wv(h))
-        qkv = packed_linear(h.reshape(b * s, dm), *packed[0]).reshape(b, s, 3, c.num_heads, c.depth)
+        qkv = packed_linear(h.reshape(b * s, dm), *packed[0], compiled=self.compile_decode).reshape(b, s, 3, c.num_heads, c.depth)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
         x = qk.to(KF.chain_dtype(h.dtype))
         if c.rope_style == "interleaved":
@@ -413,9 +420,10 @@ class PLDRModel(nn.Module):
         if w is None:
             h1 = layer.layernorm1(layer.mha1.dense(merged) + h)
             return layer.layernorm2(layer.ffn(h1) + h1)
-        h1 = layer.layernorm1(packed_linear(merged.reshape(b * s, dm), *w[1]).reshape(b, s, dm) + h)
-        a1, a2 = packed_linear(h1.reshape(b * s, dm), *w[2]).chunk(2, dim=-1)  # gluw1, gluw2 [B*S, F]
-        f = packed_linear(F.silu(a1).mul_(a2), *w[3]).reshape(b, s, dm)
+        lin = functools.partial(packed_linear, compiled=self.compile_decode)
+        h1 = layer.layernorm1(lin(merged.reshape(b * s, dm), *w[1]).reshape(b, s, dm) + h)
+        a1, a2 = lin(h1.reshape(b * s, dm), *w[2]).chunk(2, dim=-1)  # gluw1, gluw2 [B*S, F]
+        f = lin(F.silu(a1).mul_(a2), *w[3]).reshape(b, s, dm)
         return layer.layernorm2(f + h1)
 
     def _layer(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, dict[str, Tensor] | None]:
@@ -450,7 +458,7 @@ class PLDRModel(nn.Module):
                 return self.final_layer(h)
             if logits == "last":
                 fw = self._packed.final(self.final_layer, self.device) if packed else None
-                return self.final_layer(h[:, -1]) if fw is None else packed_linear(h[:, -1], *fw)
+                return self.final_layer(h[:, -1]) if fw is None else packed_linear(h[:, -1], *fw, compiled=self.compile_decode)
             raise InputError(f"logits must be 'all', 'last', an index tensor or None; got {logits!r}")
         idx = torch.as_tensor(logits, device=h.device)
         if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:

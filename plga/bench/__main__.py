@@ -2,6 +2,6 @@
 
 import sys
 
-from .harness import main
+from .runner import main
 
 sys.exit(main())

@@ -7,12 +7,13 @@ case in a fresh process makes its peak resident memory its own: the kernel's hig
 (``VmHWM``) is reset after the model is built (``/proc/self/clear_refs``), so the peak
 covers the timed runs (weights included), not the set-up.
 
-Case keys: ``kind`` (limits | prefill | decode | command), ``config``, ``impl`` (reference |
+Case keys: ``kind`` (limits | prefill | decode | accuracy | command), ``config``, ``impl`` (reference |
 eager | fused | collapsed), ``batch``, ``seq`` (prefill length or prompt length), ``logits``
 (all | last, prefill), ``mode`` (nocache | kv | kvg | collapsed, decode), ``new_tokens``,
 ``runs``, ``warmup``, ``warmup_shape`` (full | reduced: warm up on sequence ≤ 128 / 2 new
 tokens, for long cases), ``threads``, ``device``, ``dtype``, ``seed``, ``overhead`` (profile the
-decoding loop's own overhead), ``argv`` (command: the command line to time).
+decoding loop's own overhead), ``capture`` ("compile": ``PLDRModel.compile_decode``, the first
+warm-up call timed as the compile), ``argv`` (command: the command line to time).
 """
 
 from __future__ import annotations
@@ -195,6 +196,8 @@ def _build(spec: dict[str, Any]) -> dict[str, Any]:
             model = collapsed
         else:
             del collapsed
+    if spec.get("capture") == "compile":
+        model.compile_decode = True
     if impl == "reference":
         from ..reference import decoder
 
@@ -233,6 +236,33 @@ def _prefill(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     return {"fn": fn, "logits": logits, "digest_of": None}
 
 
+def eager_generate(model: Any, prompt: Any, n: int, mode: str) -> Any:
+    """Greedy decoding as the published algorithm does it, on the kernels' eager backend: every
+    pass computes the logits of all its positions (``logits="all"``) through the ``nn.Linear``
+    modules and materialized scores, and the loop takes the last row's argmax. Cached modes use
+    the model's static cache (``new_cache`` / ``step``); the published code grows its cache by
+    ``torch.cat`` each step instead (a copy of every layer's K, V per token), which this
+    baseline does not reproduce. → tokens [B, S + n]."""
+    import torch
+
+    with torch.inference_mode():
+        if mode == "nocache":
+            tokens = prompt
+            for _ in range(n):
+                logits = model(tokens, logits="all", backend="eager").logits[:, -1]  # [B, V]
+                tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+            return tokens
+        b, s = prompt.shape
+        cache = model.new_cache(b, s + n - 1 if n > 1 else s)
+        logits = model(prompt, logits="all", backend="eager", cache=cache).logits[:, -1]  # [B, V]
+        out = [prompt]
+        for i in range(n):
+            out.append(logits.argmax(-1, keepdim=True))  # [B, 1]
+            if i + 1 < n:
+                logits = model.step(out[-1], cache, mode, logits="all", backend="eager")[:, -1]
+        return torch.cat(out, dim=1)
+
+
 def _decode(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     import torch
 
@@ -244,23 +274,20 @@ def _decode(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
         from ..reference import decoder
 
         params64, cg = env["params64"], env["constant_g"]
-        ref_mode = "constant" if mode == "collapsed" else mode
-        fn = lambda: decoder.generate(params64, c, ids, n, ref_mode, constant_g=cg).tokens  # noqa: E731
+        fn = lambda: decoder.generate(params64, c, ids, n, mode, constant_g=cg).tokens  # noqa: E731
         if mode != "nocache":
             prefill_fn = lambda: decoder.forward(params64, c, ids, constant_g=cg).logits  # noqa: E731
     else:
         model = env["model"]
         prompt = torch.as_tensor(ids, device=device)
         if impl == "eager":
-            from .eager import EagerDecoder
-
-            eager = EagerDecoder(model)
-            fn = lambda: eager.generate(prompt, n, mode)  # noqa: E731
+            fn = lambda: eager_generate(model, prompt, n, mode)  # noqa: E731
             if mode != "nocache":
 
                 def prefill_fn() -> Any:
                     with torch.inference_mode():
-                        return eager.forward(prompt)[0]
+                        cache = model.new_cache(b, s + n - 1 if n > 1 else s)
+                        return model(prompt, logits="all", backend="eager", cache=cache).logits
 
         else:
             fn = lambda: model.generate(prompt, n, mode).tokens  # noqa: E731
@@ -274,9 +301,64 @@ def _decode(spec: dict[str, Any], env: dict[str, Any]) -> dict[str, Any]:
     return {"fn": fn, "prefill_fn": prefill_fn}
 
 
+def golden_accuracy(dtype: Any) -> dict[str, Any]:
+    """The fused path in ``dtype`` on the shipped golden vectors: its logits against float64 under
+    the conformance tolerance policy (baselines: the suite's eager decoders in ``dtype``, every
+    operation order, and with the float32 chain), and its greedy tokens against float32's on the
+    golden prompt; a divergence counts as explained when float32's top-2 logit margin at that
+    step is at most twice the measured logits error (each of two logits may move by the error)."""
+    import numpy as np
+    import torch
+
+    from ..conformance import eager as eg
+    from ..conformance.tolerance import compare, k_for
+    from ..datafiles import GOLDEN_ARRAYS, GOLDEN_CHECKPOINT, data_file
+    from ..errors import DataFileError
+    from ..kernels import PLDRModel
+    from ..reference.checkpoint import load_checkpoint
+
+    ckpt, arrays = data_file(GOLDEN_CHECKPOINT), data_file(GOLDEN_ARRAYS)
+    if ckpt is None or arrays is None:
+        raise DataFileError("the golden vectors are absent (tests/data/golden, or $PLGA_SHARED_DATA)")
+    params, config = load_checkpoint(ckpt, max_seq_len=64)
+    golden = dict(np.load(arrays))
+    tokens = torch.as_tensor(golden["tokens"])  # [3, 12]
+    model = PLDRModel.from_reference(params, config, dtype=dtype).eval()
+    with torch.inference_mode():
+        logits = model(tokens).logits  # [3, 12, V] on the packed path
+    state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
+    decoders = [eg.EagerDecoder(state, config, dtype=dtype, order=o) for o in eg.ORDERS]
+    decoders.append(eg.EagerDecoder(state, config, dtype=dtype, wide_chain=True))
+    cmp = compare(logits, [d.forward(tokens)[0] for d in decoders], golden["logits"], k=k_for("forward_logits"))
+    bound = cmp.k * cmp.baseline_error + cmp.floor
+    prompt = torch.as_tensor(golden["gen.prompt"])  # [1, 8]
+    n = golden["gen.kv.tokens"].shape[0] - prompt.shape[1]
+    ref = PLDRModel.from_reference(params, config, dtype=torch.float32).eval().generate(prompt, n, "kv", return_step_logits=True)
+    low = model.generate(prompt, n, "kv").tokens
+    differ = (ref.tokens[0] != low[0]).nonzero()
+    if not len(differ):
+        agreement, note = 1.0, f"{n} greedy tokens identical to float32"
+    else:
+        i = int(differ[0]) - prompt.shape[1]
+        top2 = ref.step_logits[0, i].float().topk(2).values  # type: ignore[index]
+        margin = float(top2[0] - top2[1])
+        agreement = 1.0 if margin <= 2 * cmp.kernel_error else 0.0
+        note = (f"diverges from float32 at new token {i}: float32 top-2 margin {margin:.3g} "
+                f"{'≤' if agreement else '>'} 2 × logits error {cmp.kernel_error:.3g}")
+    return {"logits_max_abs_error": cmp.kernel_error, "logits_error_bound": bound,
+            "logits_error_ratio": cmp.kernel_error / bound, "greedy_agreement": agreement, "greedy_note": note}
+
+
 def run_case(spec: dict[str, Any]) -> dict[str, Any]:
     """Run one case and return its raw measurements (no derived ratios: the runner adds those)."""
     t_start = time.perf_counter()
+    if spec.get("capture"):  # a cold compile: Inductor's on-disk cache starts empty
+        import atexit
+        import shutil
+        import tempfile
+
+        os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache = tempfile.mkdtemp(prefix="plga-bench-inductor-")
+        atexit.register(shutil.rmtree, cache, True)
     threads = int(spec.get("threads", 2))
     import torch
 
@@ -292,6 +374,11 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
 
         out["limits"] = measure_limits(device=device, dtype=spec.get("dtype", "float32"), runs=max(runs, 5))
         out["wall_s"] = time.perf_counter() - t_start
+        return out
+    if kind == "accuracy":
+        out.update(golden_accuracy(getattr(torch, spec["dtype"])))
+        out["times_s"] = [time.perf_counter() - t_start]
+        out["wall_s"] = out["times_s"][0]
         return out
     if kind == "command":
         times = []
@@ -318,6 +405,15 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
         # pool and code paths; the timed runs all pay the same large-buffer page faults)
         small = dict(spec, seq=min(spec["seq"], 128)) if kind == "prefill" else dict(spec, new_tokens=min(spec["new_tokens"], 2))
         warm = _prefill(small, env) if kind == "prefill" else _decode(small, env)
+    else:
+        warm = work
+    if spec.get("capture") and warmup:
+        # the first call compiles (a fresh Inductor cache: a cold compile); compile time =
+        # first call − second call of the same workload
+        (first, again), _ = _time(warm["fn"], 2, 0, device)
+        out["compile_s"] = max(0.0, first - again)
+        warmup -= 1
+    if warm is not work and warmup:
         _time(warm["fn"], 0, warmup, device)
         warmup = 0
     times, result = _time(work["fn"], runs, warmup, device)

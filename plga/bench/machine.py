@@ -8,7 +8,7 @@
 - diagnostics: matrix-vector products over a [32000, 896] float32 matrix (the paper-110m
   vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
   in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), and in the kernels'
-  packed layout (:func:`plga.kernels.functional.pack_linear`: one column block per thread,
+  packed layout (:func:`plga.kernels.packed.pack_linear`: one column block per thread,
   one batched product), to show what a GEMV actually reaches against the streaming bound.
 On CUDA every timed region is closed by ``torch.cuda.synchronize()``; CUDA is touched only
 when ``device`` is ``"cuda"``.
@@ -20,6 +20,8 @@ import statistics
 import time
 from collections.abc import Callable
 from typing import Any
+
+from .plan import LOW_DTYPE
 
 
 def _sync(device: str) -> Callable[[], None]:
@@ -53,12 +55,12 @@ def summary(times: list[float]) -> dict[str, float]:
 def measure_limits(
     *, device: str = "cpu", dtype: str = "float32", runs: int = 5, matmul_n: int = 2048, buffer_mib: int = 512
 ) -> dict[str, Any]:
-    """Matmul GFLOP/s (float32, and the bench dtype if different) and memory bandwidth in GB/s."""
+    """Matmul GFLOP/s (float32, the bench dtype and the low-precision rows' dtype) and memory bandwidth in GB/s."""
     import torch
 
     dev = torch.device(device)
     out: dict[str, Any] = {"device": device, "matmul_n": matmul_n, "buffer_mib": buffer_mib, "runs": runs}
-    dtypes = ["float32"] + ([dtype] if dtype != "float32" else [])
+    dtypes = list(dict.fromkeys(("float32", dtype, LOW_DTYPE)))
     gen = torch.Generator(device="cpu").manual_seed(0)
     for name in dtypes:
         tdt = getattr(torch, name)
@@ -89,7 +91,7 @@ def measure_limits(
     out["gemv_linear_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
     ts = time_runs(lambda: v @ wt, max(runs, 10), 3, device)
     out["gemv_transposed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
-    from ..kernels.functional import pack_linear, packed_linear, packed_parts
+    from ..kernels.packed import pack_linear, packed_linear, packed_parts
 
     parts = packed_parts(dev)  # as PLDRModel decodes
     packed = pack_linear(wt, torch.zeros(32000, device=dev), parts)

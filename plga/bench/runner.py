@@ -1,0 +1,259 @@
+"""``plga bench``: plan the cases, run each in its own process, judge the targets, report.
+
+One run measures, on the same seeded weights per config: the machine's limits (matmul GFLOP/s,
+read / copy bandwidth, GEMV layouts) at the start and the end; prefill and greedy decoding for
+the float64 reference, the eager backend (the published algorithm), the fused path and the
+collapsed model (:mod:`.plan` lists the cases); every row's derived numbers (:mod:`.rows`); the
+targets (:mod:`.targets`); and the report, verdicts first (:mod:`.report`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ..errors import UsageError
+from ..progress import bar
+from .plan import LONG_RUN_S, MIN_RUNS, QUICK, config_of, estimate_seconds, plan_cases, skip_reason
+from .protocol import MARKER
+from .report import SCHEMA, format_report, validate_document
+from .rows import Row, add_ratios, derive_row, not_run
+from .targets import evaluate_targets
+
+
+def _csv(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Add the ``plga bench`` options to ``parser`` (a subparser of the ``plga`` command)."""
+    parser.add_argument("--config", default=None, help="comma-separated presets (default small,paper-110m; quick: tiny,small)")
+    parser.add_argument(
+        "--cases", default="prefill,decode,reference,conformance",
+        help="comma-separated case kinds: prefill, decode, reference (the float64 rows), conformance "
+        "(times the conformance quick profile once) (default: all four)",
+    )
+    parser.add_argument("--runs", type=int, default=MIN_RUNS, help=f"timed runs per case after warm-up (default {MIN_RUNS}; fewer is labelled)")
+    parser.add_argument("--warmup", type=int, default=1, help="untimed warm-up runs per case (default 1)")
+    parser.add_argument("--threads", type=int, default=2, help="torch intra-op threads (and OMP/MKL) per case (default 2)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
+    parser.add_argument("--no-low-precision", action="store_true", help="skip the bfloat16 fused rows a float32 run adds")
+    parser.add_argument("--only", default=None, metavar="TEXT[,TEXT…]",
+                        help="run only the planned cases whose id contains one of these texts (the machine limits always run)")
+    parser.add_argument("--no-capture", action="store_true", help="skip the compiled-GEMV bfloat16 decoding rows")
+    parser.add_argument("--out", default=None, help="write the results JSON here (atomically)")
+    parser.add_argument("--quick", action="store_true", help="smoke run: tiny/small shapes, 2 runs (labelled: fewer than 5 runs)")
+    parser.add_argument("--seed", type=int, default=0, help="weights and token seed (default 0)")
+    parser.add_argument(
+        "--reference-budget-s", type=float, default=20.0,
+        help="run a float64 reference case only if its estimated time (warm-up + runs) is below this (default 20)",
+    )
+    parser.add_argument(
+        "--conformance-cmd", default=None,
+        help="command line timed by the 'conformance' case (default: python -m plga.conformance --profile quick)",
+    )
+    parser.add_argument("--case-timeout-s", type=float, default=1200.0, help="kill a case after this many seconds (default 1200)")
+    parser.add_argument("--no-overhead", action="store_true", help="skip profiling the decoding loop's own overhead")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
+    return parser
+
+
+def run_subprocess(spec: dict[str, Any], timeout_s: float, threads: int) -> dict[str, Any]:
+    """Run one case in a fresh interpreter and parse its result line."""
+    env = dict(os.environ)
+    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+        env[var] = str(threads)
+    cmd = [sys.executable, "-m", "plga.bench.case", "--json", json.dumps(spec)]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
+    except subprocess.TimeoutExpired:
+        return {"spec": spec, "status": "error", "reason": f"timed out after {timeout_s:.0f} s"}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(MARKER):
+            return json.loads(line[len(MARKER):])
+    tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
+    return {"spec": spec, "status": "error", "reason": f"case exited {proc.returncode} without a result: {tail}"}
+
+
+def host_info() -> dict[str, Any]:
+    import numpy as np
+
+    info: dict[str, Any] = {
+        "python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
+        "cpu_count": os.cpu_count(), "numpy": np.__version__,
+    }
+    try:
+        import torch
+
+        info["torch"] = torch.__version__
+    except ImportError:  # pragma: no cover
+        info["torch"] = None
+    try:
+        with open("/proc/cpuinfo") as fh:
+            info["cpu_model"] = next((ln.split(":", 1)[1].strip() for ln in fh if ln.startswith("model name")), None)
+    except OSError:
+        info["cpu_model"] = None
+    return info
+
+
+def _conformance_argv(cmd: str | None) -> list[str]:
+    """The command the ``conformance`` case times: ``cmd`` split like a shell, or the suite's quick profile."""
+    if cmd:
+        import shlex
+
+        return shlex.split(cmd)
+    return [sys.executable, "-m", "plga.conformance", "--profile", "quick"]
+
+
+def _loadavg() -> list[float] | None:
+    try:
+        return [round(x, 2) for x in os.getloadavg()]
+    except OSError:
+        return None
+
+
+def _write_json(path: str | Path, doc: dict[str, Any]) -> None:
+    from ..atomic import atomic_path
+
+    with atomic_path(path) as tmp:
+        Path(tmp).write_text(json.dumps(doc, indent=1) + "\n")
+
+
+def bench_main(args: argparse.Namespace) -> int:
+    """Run the bench described by ``args`` (from :func:`add_bench_arguments`); 0 on success.
+
+    Exit status 1 when a case failed (its row says why); missed targets do not fail the run.
+    """
+    t0 = time.perf_counter()
+    configs = _csv(args.config) if args.config else list(QUICK["configs"] if args.quick else ("small", "paper-110m"))
+    for name in configs:
+        config_of(name)  # unknown presets fail here, before anything runs
+    kinds = _csv(args.cases)
+    runs = QUICK["runs"] if args.quick and args.runs == MIN_RUNS else args.runs
+    if runs < 1 or args.warmup < 0 or args.threads < 1:
+        raise UsageError("need --runs ≥ 1, --warmup ≥ 0, --threads ≥ 1")
+    cases = plan_cases(configs, kinds, quick=args.quick, runs=runs, warmup=args.warmup, threads=args.threads,
+                       device=args.device, dtype=args.dtype, seed=args.seed, overhead=not args.no_overhead,
+                       low_precision=not args.no_low_precision, capture=not args.no_capture)
+    if args.only:
+        wanted = _csv(args.only)
+        cases = [c for c in cases if c["kind"] == "limits" or any(w in c["id"] for w in wanted)]
+    argv = _conformance_argv(args.conformance_cmd) if "conformance" in kinds else None
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():  # SIGTERM still cleans up the weights
+        signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    weights_dir = tempfile.mkdtemp(prefix="plga-bench-weights-")
+    for c in cases:
+        c["weights_cache"] = weights_dir
+        if c["kind"] == "command":
+            c["argv"] = argv
+    try:
+        return _run_and_report(args, cases, configs, kinds, runs, t0)
+    finally:
+        shutil.rmtree(weights_dir, ignore_errors=True)
+
+
+def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any] | None, list[Row]]:
+    """Run every case in order → (limits at start, limits at end, rows)."""
+    limits: dict[str, Any] = {}
+    limits_end: dict[str, Any] | None = None
+    rows: list[Row] = []
+    progress = bar(len(cases), "plga bench", show=not args.no_progress)
+
+    def log(i: int, spec: dict[str, Any], msg: str) -> None:
+        progress.update(1)
+        print(f"[{i}/{len(cases)}] {spec['id']}: {msg}", file=sys.stderr, flush=True)
+
+    with progress:
+        for i, spec in enumerate(cases, 1):
+            progress.set_postfix_str(spec["id"])
+            reason = skip_reason(spec, limits, args.reference_budget_s)
+            if reason:
+                rows.append(not_run(spec, "skipped", reason))
+                log(i, spec, f"skipped ({reason})")
+                continue
+            if spec["kind"] in ("prefill", "decode") and spec.get("impl") != "reference":
+                spec["warmup_shape"] = "reduced" if estimate_seconds(spec, limits) > LONG_RUN_S else "full"
+            t = time.perf_counter()
+            raw = run_subprocess(spec, args.case_timeout_s, args.threads)
+            took = time.perf_counter() - t
+            if spec["kind"] == "limits":
+                if raw.get("status") != "ok":
+                    raise RuntimeError(f"measuring the machine limits failed: {raw.get('reason')}")
+                if spec["when"] == "start":
+                    limits = raw["limits"]
+                else:
+                    limits_end = raw["limits"]
+                log(i, spec, f"{took:.1f} s")
+                continue
+            row = derive_row(raw, limits)
+            rows.append(row)
+            if args.out:  # rows so far, so an interrupted run leaves its measurements behind
+                _write_json(str(args.out) + ".partial", {"schema": SCHEMA, "limits": limits, "rows": [r.to_json() for r in rows]})
+            msg = f"median {1e3 * row.median_s:.1f} ms" if row.ok else f"{row.status}: {row.reason}"  # type: ignore[operator]
+            log(i, spec, f"{msg} ({took:.1f} s)")
+    return limits, limits_end, rows
+
+
+def _run_and_report(
+    args: argparse.Namespace, cases: list[dict[str, Any]], configs: list[str], kinds: list[str], runs: int, t0: float
+) -> int:
+    load_start = _loadavg()
+    print(f"plga bench: {len(cases)} cases, configs {','.join(configs)}, load average {load_start}", file=sys.stderr, flush=True)
+    limits, limits_end, rows = _run_cases(args, cases)
+    add_ratios(rows)
+    verdicts = evaluate_targets(rows)
+    doc: dict[str, Any] = {
+        "schema": SCHEMA,
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "host": host_info(),
+        "load_avg": {"start": load_start, "end": _loadavg()},
+        "settings": {"configs": configs, "cases": kinds, "runs": runs, "warmup": args.warmup, "threads": args.threads,
+                     "device": args.device, "dtype": args.dtype, "quick": bool(args.quick), "seed": args.seed,
+                     "reference_budget_s": args.reference_budget_s, "meets_runs_rule": runs >= MIN_RUNS,
+                     "only": args.only},
+        "targets": [v.to_json() for v in verdicts],
+        "limits": limits,
+        "limits_end": limits_end,
+        "rows": [r.to_json() for r in rows],
+        "wall_s": time.perf_counter() - t0,
+    }
+    errors = validate_document(doc)
+    if errors:
+        doc["schema_errors"] = errors
+    if args.out:
+        _write_json(args.out, doc)
+        Path(str(args.out) + ".partial").unlink(missing_ok=True)
+    print(format_report(doc, rows, verdicts))
+    if args.out:
+        print(f"\nwrote {args.out}")
+    return 1 if any(r.status == "error" for r in rows) or errors else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m plga.bench``: the same as ``plga bench``."""
+    from ..errors import PlgaError
+
+    parser = add_bench_arguments(argparse.ArgumentParser(prog="plga bench", description=__doc__.splitlines()[0]))
+    args = parser.parse_args(argv)
+    try:
+        return bench_main(args)
+    except PlgaError as exc:
+        print(f"plga bench: error: {exc}", file=sys.stderr)
+        return 2
+
+
+__all__ = ["add_bench_arguments", "bench_main", "main", "run_subprocess"]

@@ -1,0 +1,211 @@
+"""The targets of ``plga bench`` as data, and their judgement on the rows of one run.
+
+Each :class:`Target` is a record: an id, the sentence a reader sees, the comparison
+(``>=`` / ``<=``) and threshold, the unit, how the value is measured (a sentence) and the
+function that reads it from the rows. :func:`evaluate_targets` judges every record:
+met / missed (with the absolute and relative shortfall) / not measured (with why).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from .plan import CACHED_MODES, LOW_DTYPE
+from .rows import Row
+
+TARGET_STATUSES = ("met", "missed", "not measured")
+Measure = Callable[[list[Row]], float | None]
+
+
+@dataclasses.dataclass(frozen=True)
+class Target:
+    id: str
+    text: str
+    op: str  # ">=" | "<="
+    threshold: float
+    unit: str  # "" (a fraction, shown as %, when threshold ≤ 1), "×", "s", "tokens"
+    how: str  # how the measured value is obtained
+    measure: Measure
+
+
+@dataclasses.dataclass
+class Verdict:
+    id: str
+    target: str
+    op: str
+    threshold: float
+    unit: str
+    how: str
+    measured: float | None
+    status: str  # met | missed | not measured
+    shortfall: float | None
+    shortfall_rel: float | None
+    why: str = ""
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def judge(target: Target, measured: float | None, why: str = "") -> Verdict:
+    """One verdict: met / missed / not measured, with the absolute and relative shortfall."""
+    if target.op not in (">=", "<="):
+        raise ValueError(f"op must be '>=' or '<=', got {target.op!r}")
+    common = dict(id=target.id, target=target.text, op=target.op, threshold=target.threshold, unit=target.unit, how=target.how)
+    if measured is None:
+        return Verdict(**common, measured=None, status="not measured", shortfall=None, shortfall_rel=None,
+                       why=why or "no row for this target in this run")
+    met = measured >= target.threshold if target.op == ">=" else measured <= target.threshold
+    gap = 0.0 if met else abs(target.threshold - measured)
+    rel = gap / abs(target.threshold) if target.threshold else None
+    return Verdict(**common, measured=measured, status="met" if met else "missed", shortfall=gap, shortfall_rel=rel, why=why)
+
+
+# --- reading the rows ------------------------------------------------------------------------
+
+
+def find(rows: list[Row], **want: Any) -> Row | None:
+    """The first ok row whose fields equal ``want`` (``dtype`` float32 and no capture unless asked)."""
+    want = {"dtype": "float32", "capture": None, **want}
+    for r in rows:
+        if r.ok and all(getattr(r, k) == v for k, v in want.items()):
+            return r
+    return None
+
+
+def field(name: str, **want: Any) -> Measure:
+    """The value of ``name`` on the row matching ``want``."""
+    def measure(rows: list[Row]) -> float | None:
+        r = find(rows, **want)
+        return None if r is None else getattr(r, name)
+
+    return measure
+
+
+def ratio(name: str, num: dict[str, Any], den: dict[str, Any], invert: bool = False) -> Measure:
+    """``name`` of the ``num`` row ÷ ``name`` of the ``den`` row (or den ÷ num with ``invert``)."""
+    def measure(rows: list[Row]) -> float | None:
+        a, b = find(rows, **num), find(rows, **den)
+        x, y = (getattr(a, name) if a else None), (getattr(b, name) if b else None)
+        if not x or not y:
+            return None
+        return y / x if invert else x / y
+
+    return measure
+
+
+def slowest_fused_vs_eager(rows: list[Row]) -> float | None:
+    """The smallest speed-up of a fused row over the eager row of its workload."""
+    vals = [r.speedup_vs_eager for r in rows if r.ok and r.impl == "fused" and r.speedup_vs_eager is not None]
+    return min(vals) if vals else None
+
+
+def compile_break_even(cfg: str, mode: str) -> Measure:
+    """Tokens after which compiling pays off: compile time ÷ step time saved against the plain
+    row of the same dtype (inf when the compiled step is not faster)."""
+    def measure(rows: list[Row]) -> float | None:
+        plain = find(rows, **_decode(cfg, mode, dtype=LOW_DTYPE))
+        comp = find(rows, **_decode(cfg, mode, dtype=LOW_DTYPE, capture="compile"))
+        if not (plain and comp and plain.step_s and comp.step_s and comp.compile_s is not None):
+            return None
+        saved = plain.step_s - comp.step_s
+        return comp.compile_s / saved if saved > 0 else float("inf")
+
+    return measure
+
+
+def command_seconds(rows: list[Row]) -> float | None:
+    r = next((r for r in rows if r.ok and r.kind == "command"), None)
+    return None if r is None else r.median_s
+
+
+def accuracy(name: str) -> Measure:
+    def measure(rows: list[Row]) -> float | None:
+        r = next((r for r in rows if r.ok and r.kind == "accuracy"), None)
+        return None if r is None else getattr(r, name)
+
+    return measure
+
+
+# --- the table -------------------------------------------------------------------------------
+
+
+def _decode(cfg: str, mode: str, batch: int = 1, **extra: Any) -> dict[str, Any]:
+    return dict(kind="decode", config=cfg, impl="fused", batch=batch, mode=mode, **extra)
+
+
+def _targets() -> tuple[Target, ...]:
+    out: list[Target] = []
+    big = dict(kind="prefill", config="paper-110m", impl="fused", batch=8, seq=1024)
+    low = LOW_DTYPE
+    out.append(Target("fused/never-slower", "fused path never slower than eager (any case)", ">=", 1.0, "×",
+                      "min over fused rows of eager median ÷ fused median", slowest_fused_vs_eager))
+    for cfg in ("small", "paper-110m"):
+        for mode in CACHED_MODES:
+            out.append(Target(f"bw/{cfg}/{mode}", f"decode b1 {mode} @ {cfg}: fraction of bandwidth bound", ">=", 0.80, "",
+                              "(weight bytes per step ÷ read bandwidth) ÷ step time", field("bandwidth_fraction", **_decode(cfg, mode))))
+        for mode in CACHED_MODES:
+            out.append(Target(f"overhead/{cfg}/{mode}", f"decode b1 {mode} @ {cfg}: loop overhead fraction of a step", "<=", 0.05, "",
+                              "1 − profiled compute per step ÷ step time", field("loop_overhead_fraction", **_decode(cfg, mode))))
+    for mode in CACHED_MODES:
+        out.append(Target(f"batch8/small/{mode}", f"decode {mode} @ small: b8 tokens/s ÷ b1 tokens/s", ">=", 4.0, "×",
+                          "decode-phase tokens/s of the b8 row ÷ the b1 row",
+                          ratio("decode_tokens_per_s", _decode("small", mode, batch=8), _decode("small", mode))))
+    for cfg in ("small", "paper-110m"):
+        out.append(Target(f"nocache/{cfg}", f"decode nocache @ {cfg}: speed-up vs eager", ">=", 2.5, "×",
+                          "eager median ÷ fused median", field("speedup_vs_eager", **_decode(cfg, "nocache"))))
+    out += [
+        Target("prefill/speedup/paper-110m/b8s1024", "prefill paper-110m b8 s1024: speed-up vs eager", ">=", 1.8, "×",
+               "eager median ÷ fused median", field("speedup_vs_eager", **big)),
+        Target("prefill/roofline/paper-110m/b8s1024", "prefill paper-110m b8 s1024: fraction of matmul roofline", ">=", 0.85, "",
+               "achieved GFLOP/s ÷ float32 2048² matmul peak", field("roofline_fraction", **big)),
+        Target("prefill/roofline/paper-110m/b8s512", "prefill paper-110m b8 s512: fraction of matmul roofline", ">=", 0.75, "",
+               "achieved GFLOP/s ÷ float32 2048² matmul peak", field("roofline_fraction", **big | {"seq": 512})),
+        Target("prefill/memory/small/b8s1024", "prefill small b8 s1024, last logits: peak memory ÷ eager (all logits)", "<=", 0.6, "×",
+               "peak RSS of the fused row ÷ the eager row", field("memory_vs_eager", **big | {"config": "small"})),
+        Target("prefill/collapsed/paper-110m/b1s128", "collapsed prefill paper-110m b1 s128: speed-up vs fused", ">=", 1.15, "×",
+               "fused median ÷ collapsed median",
+               ratio("median_s", dict(kind="prefill", config="paper-110m", impl="collapsed", batch=1, seq=128),
+                     dict(kind="prefill", config="paper-110m", impl="fused", batch=1, seq=128), invert=True)),
+        Target(f"{low}/prefill/paper-110m/b8s1024", f"prefill paper-110m b8 s1024 in {low}: speed-up vs float32 fused", ">=", 2.5, "×",
+               "float32 fused median ÷ bf16 fused median (one run)", field("speedup_vs_fused", **big | {"dtype": low})),
+    ]
+    for cfg in ("small", "paper-110m"):
+        for mode in CACHED_MODES:
+            out.append(Target(f"{low}/decode/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {low} (compiled GEMV): tokens/s ÷ float32",
+                              ">=", 1.6, "×", "decode-phase tokens/s of the bf16 compiled row ÷ the float32 fused row (one run)",
+                              ratio("decode_tokens_per_s", _decode(cfg, mode, dtype=low, capture="compile"), _decode(cfg, mode))))
+    out += [
+        Target(f"{low}/logits-error", f"{low} logits on the golden prompts: error vs float64 ÷ policy bound", "<=", 1.0, "×",
+               "max|kernel − float64| ÷ (k · baseline error + floor), conformance tolerance policy",
+               accuracy("logits_error_ratio")),
+        Target(f"{low}/greedy-tokens", f"{low} greedy tokens equal float32 on the golden prompt (or a divergence within error)",
+               ">=", 1.0, "", "1 when equal or the float32 top-2 margin at the divergence < the bf16 logits error, else 0",
+               accuracy("greedy_agreement")),
+    ]
+    for cfg in ("small", "paper-110m"):
+        for mode in CACHED_MODES:
+            out.append(Target(f"compile/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {low}: compiled GEMV ÷ plain tokens/s", ">=", 1.0,
+                              "×", "decode-phase tokens/s of the compiled row ÷ the plain bf16 row (compile in the warm-up)",
+                              ratio("decode_tokens_per_s", _decode(cfg, mode, dtype=low, capture="compile"), _decode(cfg, mode, dtype=low))))
+            out.append(Target(f"compile-break-even/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {low}: tokens until compiling pays off",
+                              "<=", 64.0, "tokens", "cold compile time ÷ (plain step − compiled step)", compile_break_even(cfg, mode)))
+    out.append(Target("reference/conformance-quick", "conformance quick profile wall time", "<=", 120.0, "s",
+                      "one timed run of the command", command_seconds))
+    return tuple(out)
+
+
+TARGETS = _targets()
+
+
+def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS) -> list[Verdict]:
+    """Every target judged on the rows of one run."""
+    out = []
+    for t in targets:
+        why = "not run: add 'conformance' to --cases" if t.measure is command_seconds and command_seconds(rows) is None else ""
+        out.append(judge(t, t.measure(rows), why))
+    return out
+
+
+__all__ = ["TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge"]

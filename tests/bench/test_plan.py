@@ -1,0 +1,78 @@
+"""Planning a bench run: which cases, their ids, and the skips (no case is run)."""
+
+from __future__ import annotations
+
+import pytest
+
+from plga.bench import plan as P
+from plga.errors import UsageError
+from plga.reference.config import PLDRConfig
+
+from .helpers import LIMITS, parse
+
+
+def test_defaults_follow_the_issue():
+    a = parse([])
+    assert (a.runs, a.threads, a.device, a.dtype, a.warmup) == (5, 2, "cpu", "float32", 1)
+    assert a.cases == "prefill,decode,reference,conformance"
+    assert not (a.no_low_precision or a.no_capture or a.no_progress)
+
+
+def test_plan_full_matrix():
+    cases = P.plan_cases(["small", "paper-110m"], ["prefill", "decode", "reference"])
+    ids = [c["id"] for c in cases]
+    assert len(ids) == len(set(ids))
+    assert cases[0]["kind"] == cases[-1]["kind"] == "limits"
+    pre = [c for c in cases if c["kind"] == "prefill" and c["impl"] == "fused" and c["dtype"] == "float32"]
+    assert {(c["config"], c["batch"], c["seq"]) for c in pre} == {
+        (cfg, b, s) for cfg in ("small", "paper-110m") for b in (1, 8) for s in (128, 512, 1024)
+    }
+    assert all(c["logits"] == "last" for c in pre)
+    assert all(c["logits"] == "all" for c in cases if c.get("impl") == "eager" and c["kind"] == "prefill")
+    dec = [c for c in cases if c["kind"] == "decode"]
+    assert {c["mode"] for c in dec} == {"nocache", "kv", "kvg", "collapsed"}
+    assert all((c["seq"], c["new_tokens"]) == (128, 64) for c in dec)
+    assert {c["batch"] for c in dec if c["config"] == "small" and c["mode"] == "kv"} == {1, 8}
+    assert all(c["runs"] >= 5 for c in cases if c["kind"] != "accuracy")  # accuracy: one untimed check
+    # overhead profiling: fused, batch 1, cached modes only
+    prof = [c for c in dec if c.get("overhead")]
+    assert prof and all(c["impl"] == "fused" and c["batch"] == 1 and c["mode"] != "nocache" for c in prof)
+
+
+def test_low_precision_and_capture_rows():
+    cases = P.plan_cases(["small"], ["prefill", "decode"])
+    low = [c for c in cases if c.get("dtype") == "bfloat16" and c["kind"] != "accuracy" and not c.get("capture")]
+    assert {(c["kind"], c.get("batch"), c.get("seq"), c.get("mode")) for c in low} == {
+        ("prefill", 8, 1024, None), *(("decode", 1, 128, m) for m in P.CACHED_MODES)
+    }
+    assert all(c["impl"] == "fused" and "@bfloat16" in c["id"] for c in low)
+    comp = [c for c in cases if c.get("capture")]
+    assert {c["mode"] for c in comp} == set(P.CACHED_MODES)
+    assert all(c["batch"] == 1 and c["dtype"] == "bfloat16" and "+compile@bfloat16" in c["id"] for c in comp)
+    assert [c["id"] for c in cases if c["kind"] == "accuracy"] == ["accuracy/golden@bfloat16"]
+    assert not [c for c in P.plan_cases(["small"], ["decode"], device="cuda") if c.get("capture")]
+    none = P.plan_cases(["small"], ["prefill", "decode"], low_precision=False, capture=False)
+    assert not [c for c in none if c.get("dtype") != "float32" or c.get("capture")]
+    # a bfloat16 run has no extra low-precision rows (they would duplicate its own)
+    run = P.plan_cases(["small"], ["prefill"], dtype="bfloat16")
+    assert len([c for c in run if c.get("impl") == "fused" and (c["batch"], c["seq"]) == (8, 1024)]) == 1
+    assert not [c for c in run if c["kind"] == "accuracy"]
+
+
+def test_plan_quick_and_unknown_kinds():
+    cases = P.plan_cases(["tiny"], ["prefill", "decode"], quick=True, runs=2)
+    assert all(c["runs"] == 2 for c in cases if c["kind"] != "accuracy")
+    assert max(c.get("seq", 0) + c.get("new_tokens", 0) for c in cases) <= PLDRConfig.from_name("tiny").max_seq_len
+    with pytest.raises(UsageError, match="unknown case kinds"):
+        P.plan_cases(["tiny"], ["prefil"])
+    with pytest.raises(UsageError):
+        P.config_of("no-such-preset")
+
+
+def test_skip_reasons():
+    long = {"kind": "decode", "config": "tiny", "impl": "fused", "batch": 1, "seq": 60, "new_tokens": 8, "mode": "kv"}
+    assert "exceed the config's max_seq_len 64" in P.skip_reason(long, LIMITS, 20.0)
+    assert P.skip_reason({**long, "seq": 8}, LIMITS, 20.0) is None
+    ref = {"kind": "prefill", "config": "paper-110m", "impl": "reference", "batch": 8, "seq": 1024, "runs": 5, "warmup": 1}
+    assert "reference estimated" in P.skip_reason(ref, LIMITS, 20.0)
+    assert P.skip_reason(ref, LIMITS, 1e9) is None

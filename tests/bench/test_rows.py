@@ -1,0 +1,81 @@
+"""A row's derived numbers from made-up measurements, and the cross-row ratios."""
+
+from __future__ import annotations
+
+import pytest
+
+from plga.bench import flops as FL
+from plga.bench.rows import Row, add_ratios, derive_row
+from plga.reference.config import PLDRConfig
+
+from .helpers import LIMITS, raw
+
+TINY = PLDRConfig.from_name("tiny")
+
+
+def test_derive_prefill_row():
+    spec = {"id": "x", "kind": "prefill", "config": "tiny", "impl": "fused", "dtype": "float32", "batch": 2, "seq": 8, "logits": "last"}
+    row = derive_row(raw(spec, [0.3, 0.1, 0.2, 0.5, 0.4]), LIMITS)
+    assert (row.median_s, row.min_s, row.max_s, row.runs) == (0.3, 0.1, 0.5, 5)
+    assert row.meets_runs_rule is True
+    assert row.tokens_per_s == pytest.approx(16 / 0.3)
+    f = FL.forward_flops(TINY, 2, 8, logits="last").total
+    assert row.flops == f
+    assert row.gflops_per_s == pytest.approx(f / 0.3 / 1e9)
+    assert row.roofline_fraction == pytest.approx(f / 0.3 / 1e9 / 100.0)
+    # a bf16 row is measured against the bf16 matmul peak
+    low = derive_row(raw({**spec, "dtype": "bfloat16"}, [0.3] * 5), LIMITS)
+    assert low.roofline_fraction == pytest.approx(f / 0.3 / 1e9 / 400.0)
+    assert derive_row(raw(spec, [0.1, 0.2]), LIMITS).meets_runs_rule is False
+
+
+def test_derive_decode_row_step_bandwidth_overhead():
+    spec = {"id": "d", "kind": "decode", "config": "tiny", "impl": "fused", "dtype": "float32", "batch": 1, "seq": 8,
+            "new_tokens": 11, "mode": "kvg"}
+    r = raw(spec, [2.0] * 5, prefill_times_s=[1.0, 1.0, 1.0], tokens_digest="abc", profiled_compute_s={"generate": 1.9, "prefill": 1.0})
+    row = derive_row(r, LIMITS)
+    assert row.step_s == pytest.approx(0.1)  # (2.0 − 1.0) / (11 − 1)
+    assert row.decode_tokens_per_s == pytest.approx(10.0)
+    assert row.tokens_per_s == pytest.approx(11 / 2.0)
+    wbytes = FL.decode_weight_bytes(TINY, "kvg")
+    assert row.weight_bytes_per_step == wbytes
+    assert row.bandwidth_fraction == pytest.approx(wbytes / 20e9 / 0.1)
+    assert row.step_compute_s == pytest.approx(0.09)
+    assert row.loop_overhead_fraction == pytest.approx(0.1)
+    low = derive_row(raw({**spec, "dtype": "bfloat16"}, [2.0] * 5, prefill_times_s=[1.0]), LIMITS)
+    assert low.weight_bytes_per_step == FL.decode_weight_bytes(TINY, "kvg", bytes_per_param=2, chain_bytes_per_param=4)
+    nocache = derive_row(raw({**spec, "id": "n", "mode": "nocache"}, [2.2] * 5), LIMITS)
+    assert nocache.step_s == pytest.approx(0.2)
+    b8 = derive_row(raw({**spec, "id": "b8", "batch": 8}, [2.0] * 5, prefill_times_s=[1.0]), LIMITS)
+    assert b8.bandwidth_fraction is None and b8.decode_tokens_per_s == pytest.approx(80.0)
+
+
+def test_error_rows_keep_their_reason_and_json_round_trips():
+    spec = {"id": "e", "kind": "prefill", "config": "tiny", "impl": "eager", "batch": 1, "seq": 4}
+    row = derive_row({"spec": spec, "status": "error", "reason": "boom"}, LIMITS)
+    assert row.status == "error" and row.reason == "boom"
+    assert Row.from_json(row.to_json()) == row
+    assert "median_s" not in row.to_json()  # None fields are left out of the JSON
+
+
+def _row(id_, impl, median, **kw):
+    base = dict(kind="prefill", config="c", batch=1, seq=4, dtype="float32", status="ok", peak_rss_bytes=1000)
+    return Row(id=id_, impl=impl, median_s=median, **base | kw)
+
+
+def test_ratios_within_a_workload():
+    rows = [
+        _row("e", "eager", 3.0),
+        _row("f", "fused", 1.5, peak_rss_bytes=400),
+        _row("g", "fused", 1.0, batch=8),
+        _row("b", "fused", 0.5, dtype="bfloat16"),
+        _row("c", "fused", 1.2, capture="compile"),
+    ]
+    add_ratios(rows)
+    e, f, g, b, c = rows
+    assert f.speedup_vs_eager == pytest.approx(2.0) and f.memory_vs_eager == pytest.approx(0.4)
+    assert e.speedup_vs_eager == pytest.approx(1.0)
+    assert g.speedup_vs_eager is None  # no eager row for batch 8
+    assert b.speedup_vs_eager is None  # no bf16 eager row: ratios stay within a dtype
+    assert b.speedup_vs_fused == pytest.approx(3.0) and c.speedup_vs_fused == pytest.approx(1.25)
+    assert f.speedup_vs_fused is None

@@ -1,0 +1,153 @@
+"""``plga bench`` end to end on made-up case results: the JSON schema, the report (verdicts
+first), skips, failures and the conformance command. No case is timed here."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from plga.bench import bench_main, main
+from plga.bench import runner as R
+from plga.bench.report import validate_document
+
+from .helpers import fake_run, parse
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setattr(R, "run_subprocess", fake_run)
+
+
+def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
+    out = tmp_path / "bench.json"
+    args = ["--config", "small,paper-110m", "--out", str(out), "--reference-budget-s", "1e9", "--conformance-cmd", "true",
+            "--no-progress"]
+    assert bench_main(parse(args)) == 0
+    doc = json.loads(out.read_text())
+    assert validate_document(doc) == []
+    assert doc["settings"]["meets_runs_rule"] is True
+    by_id = {t["id"]: t for t in doc["targets"]}
+    assert by_id["prefill/speedup/paper-110m/b8s1024"]["measured"] == pytest.approx(3.0, rel=1e-6)
+    assert by_id["prefill/speedup/paper-110m/b8s1024"]["status"] == "met"
+    assert by_id["prefill/collapsed/paper-110m/b1s128"]["measured"] == pytest.approx(1.2, rel=1e-6)
+    assert by_id["prefill/memory/small/b8s1024"]["measured"] == pytest.approx(0.2)
+    assert by_id["nocache/small"]["measured"] == pytest.approx(3.0, rel=1e-6)
+    assert by_id["bfloat16/prefill/paper-110m/b8s1024"]["measured"] == pytest.approx(2.0, rel=1e-6)
+    assert by_id["bfloat16/prefill/paper-110m/b8s1024"]["status"] == "missed"
+    assert by_id["compile/small/kv"]["measured"] == pytest.approx(1.25, rel=0.01)  # timed runs spread 0–4 %
+    assert by_id["compile-break-even/small/kv"]["measured"] > 0
+    assert by_id["bfloat16/logits-error"]["measured"] == 0.25 and by_id["bfloat16/greedy-tokens"]["status"] == "met"
+    assert by_id["reference/conformance-quick"]["status"] == "met"  # fake_run: 1 run of 0.01 s
+    shapes = {r["id"]: r.get("warmup_shape") for r in doc["rows"] if r["status"] == "ok" and r["kind"] == "prefill"}
+    assert shapes["paper-110m/prefill/eager/b8s1024/all"] == "reduced"  # est. > LONG_RUN_S at 100 GFLOP/s peak
+    assert shapes["small/prefill/fused/b1s128/last"] == "full"
+    fused = [r for r in doc["rows"] if r.get("impl") == "fused" and r["kind"] == "decode" and r["dtype"] == "float32"]
+    assert all(r["same_tokens_as_eager"] for r in fused if not r.get("capture"))
+    text = capsys.readouterr().out
+    assert text.index("targets:") < text.index("machine limits") < text.index("| case |")  # verdicts first
+    assert "accuracy (bfloat16, golden prompts)" in text
+    assert text.rstrip().endswith(f"wrote {out}")
+    assert not (tmp_path / "bench.json.partial").exists()
+
+
+def test_shapes_past_the_context_are_skipped_rows(monkeypatch, tmp_path, capsys):
+    seen = []
+
+    def run(spec, timeout_s, threads):
+        seen.append(spec["id"])
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(R, "run_subprocess", run)
+    out = tmp_path / "t.json"
+    assert bench_main(parse(["--config", "tiny", "--cases", "prefill,decode", "--out", str(out)])) == 0
+    doc = json.loads(out.read_text())
+    rows = [r for r in doc["rows"] if r["kind"] in ("prefill", "decode")]
+    assert rows and all(r["status"] == "skipped" and "exceed the config's max_seq_len 64" in r["reason"] for r in rows)
+    assert all(i.startswith(("limits", "accuracy")) for i in seen)
+    capsys.readouterr()
+
+
+def test_quick_is_labelled(fake, tmp_path, capsys):
+    out = tmp_path / "q.json"
+    assert bench_main(parse(["--quick", "--config", "tiny", "--out", str(out)])) == 0
+    doc = json.loads(out.read_text())
+    assert doc["settings"]["quick"] is True and doc["settings"]["meets_runs_rule"] is False
+    assert all(r["meets_runs_rule"] is False for r in doc["rows"] if r["status"] == "ok")
+    assert "QUICK" in capsys.readouterr().out
+
+
+def test_validate_document_catches_errors(fake, tmp_path, capsys):
+    out = tmp_path / "b.json"
+    bench_main(parse(["--config", "tiny", "--quick", "--out", str(out)]))
+    capsys.readouterr()
+    good = json.loads(out.read_text())
+    assert validate_document(good) == []
+    assert validate_document([]) == ["document is not an object"]
+    bad = copy.deepcopy(good)
+    bad["schema"] = "other"
+    bad["limits"]["bandwidth_gbps"] = 0
+    row = next(r for r in bad["rows"] if r["status"] == "ok")
+    row["median_s"] = row["max_s"] + 1
+    row["meets_runs_rule"] = True
+    bad["rows"].append(copy.deepcopy(bad["rows"][0]))
+    bad["rows"].append({"id": "z", "kind": "prefill", "status": "error"})
+    bad["targets"].append({"status": "missed", "op": ">=", "measured": 0.1, "shortfall": 0})
+    errs = "\n".join(validate_document(bad))
+    for needle in ("schema must be", "limits.bandwidth_gbps", "not the median", "meets_runs_rule", "duplicated",
+                   "positive shortfall", "needs a reason"):
+        assert needle in errs
+
+
+def test_failed_case_gives_exit_1(monkeypatch, capsys):
+    def failing(spec, timeout_s, threads):
+        if spec["kind"] == "limits":
+            return fake_run(spec, timeout_s, threads)
+        return {"spec": spec, "status": "error", "reason": "RuntimeError: boom"}
+
+    monkeypatch.setattr(R, "run_subprocess", failing)
+    assert bench_main(parse(["--config", "tiny", "--quick", "--cases", "prefill"])) == 1
+    assert "boom" in capsys.readouterr().out
+
+
+def test_usage_errors_are_one_line_exit_2(capsys):
+    assert main(["--config", "no-such-preset"]) == 2
+    assert main(["--config", "tiny", "--cases", "prefil"]) == 2
+    assert main(["--config", "tiny", "--runs", "0"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 3 and all(line.startswith("plga bench: error:") for line in err)
+
+
+def test_conformance_command(monkeypatch, capsys):
+    seen = []
+
+    def fake(spec, timeout_s, threads):
+        if spec["kind"] == "command":
+            seen.append(spec["argv"])
+            return {"spec": spec, "status": "ok", "times_s": [150.0]}
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(R, "run_subprocess", fake)
+    assert bench_main(parse(["--config", "tiny", "--quick", "--cases", "conformance", "--conformance-cmd", "true --x 'a b'"])) == 0
+    assert seen == [["true", "--x", "a b"]]
+    out = capsys.readouterr().out
+    assert "conformance quick profile" in out and "missed" in out  # 150 s > 120 s
+
+
+def test_only_runs_the_matching_cases(monkeypatch, capsys):
+    seen = []
+
+    def run(spec, timeout_s, threads):
+        seen.append(spec["id"])
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(R, "run_subprocess", run)
+    assert bench_main(parse(["--config", "small", "--cases", "prefill,decode", "--only", "decode/kvg/fused,b8s1024/last"])) == 0
+    assert seen[0] == "limits/start" and seen[-1] == "limits/end"
+    assert set(seen[1:-1]) == {
+        "small/decode/kvg/fused/b1s128n64", "small/decode/kvg/fused/b8s128n64", "small/prefill/fused/b8s1024/last",
+        "small/decode/kvg/fused@bfloat16/b1s128n64", "small/decode/kvg/fused+compile@bfloat16/b1s128n64",
+        "small/prefill/fused@bfloat16/b8s1024/last",
+    }
+    capsys.readouterr()

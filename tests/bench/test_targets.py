@@ -1,0 +1,64 @@
+"""Judging the targets on made-up rows: met, missed by how much, not measured."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from plga.bench.rows import Row
+from plga.bench.targets import TARGETS, Target, evaluate_targets, judge
+
+T = Target("t", "x", ">=", 0.8, "", "by hand", lambda rows: None)
+
+
+def test_judge():
+    v = judge(T, 0.6)
+    assert v.status == "missed" and v.shortfall == pytest.approx(0.2) and v.shortfall_rel == pytest.approx(0.25)
+    assert judge(T, 0.9).status == "met"
+    le = Target("u", "y", "<=", 0.6, "", "", T.measure)
+    v = judge(le, 0.9)
+    assert v.status == "missed" and v.shortfall == pytest.approx(0.3)
+    assert judge(le, 0.2).shortfall == 0.0
+    assert judge(T, None).status == "not measured"
+    with pytest.raises(ValueError):
+        judge(Target("d", "w", ">", 1.0, "", "", T.measure), 1.0)
+
+
+def test_the_table_is_data():
+    ids = [t.id for t in TARGETS]
+    assert len(ids) == len(set(ids))
+    assert all(t.op in (">=", "<=") and t.how and t.text for t in TARGETS)
+    for needle in ("bw/small/kv", "bfloat16/prefill/paper-110m/b8s1024", "bfloat16/decode/paper-110m/kvg", "bfloat16/logits-error",
+                   "bfloat16/greedy-tokens", "compile/small/kv", "compile-break-even/small/kv", "fused/never-slower"):
+        assert needle in ids
+
+
+def _decode(mode, batch=1, **kw):
+    base = dict(kind="decode", status="ok", config="small", impl="fused", dtype="float32", seq=128, new_tokens=64, median_s=1.0)
+    return Row(id=f"{mode}{batch}{kw}", batch=batch, mode=mode, **base | kw)
+
+
+def test_targets_read_the_right_rows():
+    rows = [
+        _decode("kv", step_s=0.010, decode_tokens_per_s=100.0, bandwidth_fraction=0.5, loop_overhead_fraction=0.2),
+        _decode("kv", batch=8, decode_tokens_per_s=500.0),
+        _decode("kv", dtype="bfloat16", decode_tokens_per_s=125.0, step_s=0.008),
+        _decode("kv", dtype="bfloat16", capture="compile", decode_tokens_per_s=180.0, step_s=0.006, compile_s=0.1),
+        _decode("kvg", dtype="bfloat16", capture="compile", step_s=0.012, compile_s=0.1),
+        _decode("kvg", dtype="bfloat16", step_s=0.010),
+        Row(id="p", kind="prefill", status="ok", config="small", impl="fused", dtype="float32", batch=1, seq=4, speedup_vs_eager=0.9),
+    ]
+    by = {v.id: v for v in evaluate_targets(rows)}
+    assert by["bw/small/kv"].measured == 0.5 and by["bw/small/kv"].status == "missed"
+    assert by["bw/small/kv"].shortfall == pytest.approx(0.3)
+    assert by["overhead/small/kv"].status == "missed"
+    assert by["batch8/small/kv"].measured == pytest.approx(5.0) and by["batch8/small/kv"].status == "met"
+    assert by["bfloat16/decode/small/kv"].measured == pytest.approx(1.8)  # the compiled bf16 row ÷ float32
+    assert by["compile/small/kv"].measured == pytest.approx(180 / 125)
+    assert by["compile-break-even/small/kv"].measured == pytest.approx(0.1 / 0.002)
+    assert math.isinf(by["compile-break-even/small/kvg"].measured)  # the compiled step is slower: never pays off
+    assert by["compile-break-even/small/kvg"].status == "missed"
+    assert by["fused/never-slower"].measured == pytest.approx(0.9) and by["fused/never-slower"].status == "missed"
+    assert by["bw/paper-110m/kv"].status == "not measured"
+    assert "conformance" in by["reference/conformance-quick"].why

@@ -1,0 +1,112 @@
+"""The low-precision inference path on the CPU: bfloat16 copies in the nn.Linear row layout
+(:func:`plga.kernels.packed.pack_rows`), the opt-in compiled batch-1 GEMV
+(``PLDRModel.compile_decode``), and decoding in bfloat16 against the golden vectors under the
+conformance tolerance policy (baselines: the suite's eager decoder in bfloat16)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from plga.conformance import eager as eg
+from plga.kernels import PLDRModel
+from plga.kernels.packed import pack_rows, packed_linear, rows_gemv
+from plga.reference.config import PLDRConfig
+
+from .kernel_helpers import model_pair
+from .policy import K_CHAIN, assert_rel_close, assert_within_policy, within_policy
+
+
+@pytest.mark.parametrize("m", [1, 5, 20])
+@pytest.mark.parametrize("n", [7, 32, 45])
+def test_row_layout_equals_linear(m, n):
+    g = torch.Generator().manual_seed(n * 100 + m)
+    w, b, x = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((n, 24), (n,), (m, 24)))
+    rows, bias, width = pack_rows(w, b)
+    assert width == n and rows.shape[0] % 16 == 0 and rows.is_contiguous()
+    assert_rel_close(packed_linear(x, rows, bias, width), F.linear(x, w, b), rtol=1e-14)
+    with pytest.raises(AssertionError):  # negative control: a row order mix-up is caught
+        assert_rel_close(packed_linear(x, rows.flip(0), bias, width), F.linear(x, w, b), rtol=1e-14)
+
+
+def test_compiled_gemv_within_policy():
+    """One bf16 product: the compiled GEMV (float32 accumulation, one rounding) against the exact
+    float64 product, with torch's bf16 ``F.linear`` as the baseline."""
+    g = torch.Generator().manual_seed(0)
+    w, b, x = (torch.randn(*s, generator=g, dtype=torch.float64) for s in ((300, 96), (300,), (1, 96)))
+    wl, bl, xl = w.bfloat16(), b.bfloat16(), x.bfloat16()
+    truth = F.linear(xl.double(), wl.double(), bl.double())  # exact on the bf16 inputs
+    got = rows_gemv(xl, wl, bl)
+    assert got.dtype == torch.bfloat16 and got.shape == (1, 300)
+    assert_within_policy(got, truth, [F.linear(xl, wl, bl)], name="compiled GEMV")
+    assert not within_policy(rows_gemv(xl, wl.flip(0), bl), truth, [F.linear(xl, wl, bl)])  # negative control
+
+
+def test_bfloat16_copies_use_the_row_layout():
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 21, dtype=torch.bfloat16)
+    model.generate(torch.tensor([[5, 9, 1]]), 2, "kv")
+    packed = model._packed.all_tensors()
+    assert packed and all(t.dtype == torch.bfloat16 and t.ndim in (1, 2) for t in packed)
+    layer = model.decoder.dec_layers[0]
+    qkv = model._packed.layer(0, layer.mha1, layer.ffn, model.device)[0]
+    assert qkv[0].shape[1] == model.config.d_model and qkv[2] == 3 * model.config.d_model
+
+
+def _teacher_forced(model: PLDRModel, prompt: torch.Tensor, forced: torch.Tensor, mode: str) -> torch.Tensor:
+    """Last-position logits of the prompt pass and of a step per forced token → [1, N, V]."""
+    n = forced.shape[1]
+    with torch.inference_mode():
+        cache = model.new_cache(1, prompt.shape[1] + n)
+        out = [model(prompt, logits="last", cache=cache).logits]
+        for i in range(n - 1):
+            out.append(model.step(forced[:, i : i + 1], cache, mode))
+    return torch.stack(out, 1)
+
+
+def _baseline_steps(params, config, prompt, forced, mode) -> list[torch.Tensor]:
+    state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
+    decoders = [eg.EagerDecoder(state, config, dtype=torch.bfloat16, order=o) for o in eg.ORDERS]
+    decoders.append(eg.EagerDecoder(state, config, dtype=torch.bfloat16, wide_chain=True))
+    out = []
+    for d in decoders:
+        logits, _, caches = d.forward(prompt)
+        steps = [logits[:, -1]]
+        for i in range(forced.shape[1] - 1):
+            logits, caches = d.step(forced[:, i : i + 1], caches, mode)
+            steps.append(logits[:, -1])
+        out.append(torch.stack(steps, 1))
+    return out
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["plain", "compiled"])
+@pytest.mark.parametrize("mode", ["kv", "kvg"])
+def test_bfloat16_decoding_steps_within_policy(golden, golden_checkpoint, mode, compiled):
+    """Every step of bf16 decoding on the golden prompt, fed the golden tokens, within the policy
+    of the float64 golden step logits (batch 1: the row-layout GEMVs, compiled or not)."""
+    params, config = golden_checkpoint
+    prompt = torch.as_tensor(golden["gen.prompt"])  # [1, 8]
+    forced = torch.as_tensor(golden[f"gen.{mode}.tokens"][prompt.shape[1] :])[None]  # [1, 10]
+    truth = golden[f"gen.{mode}.step_logits"][None]  # [1, 10, V] float64
+    model = PLDRModel.from_reference(params, config, dtype=torch.bfloat16).eval()
+    model.compile_decode = compiled
+    got = _teacher_forced(model, prompt, forced, mode)
+    assert got.dtype == torch.bfloat16
+    base = _baseline_steps(params, config, prompt, forced, mode)
+    assert_within_policy(got, truth, base, k=K_CHAIN, name=f"bf16 {mode} step logits")
+    wrong = _teacher_forced(model, prompt, forced.roll(1, dims=1), mode)  # negative control: other tokens fed
+    assert not within_policy(wrong, truth, base, k=K_CHAIN)
+
+
+@pytest.mark.parametrize("compiled", [False, True], ids=["plain", "compiled"])
+def test_bfloat16_greedy_tokens_equal_float32_on_the_golden_prompt(golden, golden_checkpoint, compiled):
+    params, config = golden_checkpoint
+    prompt = torch.as_tensor(golden["gen.prompt"])
+    n = golden["gen.kv.tokens"].shape[0] - prompt.shape[1]
+    low = PLDRModel.from_reference(params, config, dtype=torch.bfloat16).eval()
+    low.compile_decode = compiled
+    f32 = PLDRModel.from_reference(params, config, dtype=torch.float32).eval()
+    for mode in ("kv", "kvg"):
+        assert torch.equal(low.generate(prompt, n, mode).tokens, f32.generate(prompt, n, mode).tokens)
+        assert low.generate(prompt, n, mode).tokens[0].tolist() == golden[f"gen.{mode}.tokens"].tolist()
