@@ -8,7 +8,7 @@
 #
 # OUTDIR (default cuda-check-out, or $OUT where set) receives the logs and bench JSON/markdown.
 # BENCH_ARGS replace the default bench selection (--config small,paper-110m --cases prefill,decode).
-# Golden-vector tests read $PLGA_SHARED_DATA (default ../shared/data); they skip when it is absent.
+# Golden-vector tests read the shipped tests/data ($PLGA_SHARED_DATA overrides it).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-cuda-check-out}}"; shift || true
@@ -34,7 +34,7 @@ step "conformance on cuda (quick profile)"
 PLGA_DEVICE="$dev" "$py" -m plga.conformance --profile quick 2>&1 | tee "$out/conformance_cuda.log" | tail -25 || status=1
 
 step "CLI on cuda (golden checkpoint: torch on cuda against the float64 reference)"
-ck="${PLGA_SHARED_DATA:-../shared/data}/golden/small_seed0.pth"
+ck="${PLGA_SHARED_DATA:-tests/data}/golden/small_seed0.pth"
 if [ -f "$ck" ]; then
   echo '[[5, 9, 1, 30, 2, 7], [0, 0, 4, 8, 15, 16]]' > "$out/tokens.json"
   {
@@ -43,7 +43,7 @@ if [ -f "$ck" ]; then
       --backend torch --device "$dev" --dtype float64 &&
     plga generate "$ck" --tokens "$out/tokens.json" --out "$out/gen_cuda.npz" --max-seq-len 64 \
       --backend torch --device "$dev" --dtype float32 --mode kvg --max-new-tokens 8 &&
-    plga audit "$ck" --device "$dev" --dtype float32 --out "$out/audit_cuda" --no-plots --no-progress &&
+    plga audit "$ck" --device "$dev" --dtype float32 --out "$out/audit_cuda" --quick --no-plots --no-progress &&
     "$py" -c "import numpy as np; a = np.load('$out/fwd_ref.npz')['logits']; c = np.load('$out/fwd_cuda.npz')['logits']; e = float(abs(c - a).max() / abs(a).max()); print('cuda float64 logits vs reference: max rel err', e); assert e < 1e-10"
   } 2>&1 | tee "$out/cli_cuda.log" | tail -15 || status=1
 else

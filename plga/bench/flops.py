@@ -2,7 +2,7 @@
 
 Everything here is pure arithmetic on a :class:`plga.reference.config.PLDRConfig` (no torch),
 so the bench's derived numbers (GFLOP/s, roofline and bandwidth fractions) are testable on
-synthetic inputs. Shapes follow SPEC §2 and IMPLEMENTATIONS.md §1.1–1.2.
+synthetic inputs. Shapes follow docs/spec.md §2 and docs/spec.md §2.1, §2.2, §2.5.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-#: What each operator mode runs per layer (SPEC §3).
+#: What each operator mode runs per layer (docs/spec.md §3).
 #:   full       – a pass over the whole sequence with the learned operator: Gram, metric learner, power stage
 #:   kv         – a cached step: power stage from the prompt's frozen A (no Gram, no metric learner)
 #:   kvg        – a cached step reusing the prompt's A_LM, G_LM (no chain at all)
@@ -160,7 +160,7 @@ def generate_flops(
 
 
 def parameter_groups(config: Any) -> dict[str, int]:
-    """Parameter counts by group (all layers summed), from the module definitions (SPEC §2)."""
+    """Parameter counts by group (all layers summed), from the module definitions (docs/spec.md §2)."""
     c = config
     dm, h, d, L = c.d_model, c.num_heads, c.depth, c.num_layers
     glu_a = 2 * (c.A_dff * d + c.A_dff) + (d * c.A_dff + d)

@@ -92,7 +92,7 @@ def test_parameter_count_matches_the_state_dict(name):
 
 
 def test_paper_parameter_count():
-    assert FL.parameter_count(PLDRConfig.from_name("paper-110m")) == 109_689_362  # IMPLEMENTATIONS.md §1.1
+    assert FL.parameter_count(PLDRConfig.from_name("paper-110m")) == 109_689_362  # the published model's parameter count (docs/spec.md §2.1)
 
 
 def test_decode_weight_bytes_by_hand():
