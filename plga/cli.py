@@ -158,8 +158,6 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError("--mode collapsed needs constant operators: a collapsed checkpoint, or --constant-g")
     if stored_g is not None and mode in decoder.LEARNER_CACHE_MODES:
         raise UsageError(f"{args.checkpoint} is collapsed (no metric learner): use --mode collapsed or nocache")
-    if args.temperature > 0 and args.seed is None:
-        print(f"sampling with the default seed {DEFAULT_SEED} (pass --seed N for another draw)", file=sys.stderr)
     if args.backend == "reference":
         result = decoder.generate(
             decoder.to_backend(params), config, tokens, args.max_new_tokens, mode,
@@ -181,6 +179,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         out_tokens, step_logits = gen.tokens.cpu().numpy(), gen.step_logits.double().cpu().numpy()
     _save_npz(args.out, {"tokens": out_tokens, "step_logits": step_logits})
     print(f"wrote {args.out}: tokens {out_tokens.shape}, step_logits {step_logits.shape} (mode {mode})")
+    if args.temperature > 0 and args.seed is None:  # after success: a failing run keeps its one error line
+        print(f"sampled with the default seed {DEFAULT_SEED} (pass --seed N for another draw)", file=sys.stderr)
     for row in out_tokens:
         print(" ".join(str(int(t)) for t in row))
     return 0

@@ -299,10 +299,14 @@ def check_attention_finite_mask(ctx: Context) -> None:
     """finite_mask=True reproduces the published −1e9 additive mask, fully masked rows included."""
 
     def body(c: sh.AttentionCase) -> None:
-        # left padding with causal leaves early rows with no allowed key: the finite mask's regime
-        if c.causal and c.pad is not None:
-            c.pad[:, 0] = c.padding == "left"
-            c.pad[c.pad.all(axis=1), -1] = False
+        # every case holds a query row with no allowed key, the regime where the finite mask
+        # differs from the ideal one (softmax over all keys instead of zeros): causal, query 0
+        # of batch row 0 sees only padding; otherwise the last batch row is all padding
+        assert c.pad is not None  # every padding kind of this check pads
+        if c.causal:
+            c.pad[0, : c.t - c.s + 1] = True
+        else:
+            c.pad[-1] = True
         _attention_case_check(ctx, c, what="attention (finite −1e9 mask)", finite_mask=True)
 
     paddings = ("left", "right", "random", "full_rows")

@@ -144,7 +144,9 @@ def test_sampling_without_a_seed_says_which_seed_it_used(tmp_path):
     a = run(*base, "--out", str(tmp_path / "a.npz"))
     b = run(*base, "--out", str(tmp_path / "b.npz"), "--seed", "0")
     assert a.returncode == 0 and b.returncode == 0 and "default seed" not in b.stderr
-    assert "default seed 0" in a.stderr and "pass --seed" in a.stderr
+    bad = run(*base, "--out", str(tmp_path / "c.npz"), "--top-p", "2")  # a failing run: one line, no note
+    assert bad.returncode == 2 and len(bad.stderr.strip().splitlines()) == 1
+    assert "sampled with the default seed 0" in a.stderr and "pass --seed" in a.stderr
     with np.load(tmp_path / "a.npz") as za, np.load(tmp_path / "b.npz") as zb:
         np.testing.assert_array_equal(za["tokens"], zb["tokens"])
 
