@@ -31,6 +31,7 @@ from .decoders import (
     RowLengthsMixed,
     StepPositionsOffByOne,
 )
+from .masks import FiniteMaskAsIdeal
 from .tiled import TiledAttention, Tiling
 
 
@@ -92,6 +93,9 @@ _LIST = [
     Control("split_k_plain_average", "split-K combines the splits by a plain average instead of their LSE weights",
             _tiled("split_k_plain_average", "split_k_plain_average", key_block=32, splits=3), caught_by=_ATT),
     # edge-value bugs
+    Control("finite_mask_as_ideal", "finite_mask=True computed as the ideal mask: a fully masked row gives zeros, "
+            "not the published softmax over every key", lambda: FiniteMaskAsIdeal("controls.finite_mask_as_ideal"),
+            caught_by=("attention_finite_mask",)),
     Control("empty_rows_nan", "a fully padded query row gives 0/0 = NaN instead of zeros",
             _tiled("empty_rows_nan", "empty_rows_nan"), caught_by=("attention_padding",)),
     Control("scale_given_ignored", "an explicit scale is ignored (1/√d always)",
