@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 import numpy as np
@@ -298,22 +298,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def run_command(name: str, func: Callable[[argparse.Namespace], int], args: argparse.Namespace) -> int:
+    """The one error mapper of every entry point (``plga``, ``python -m plga.bench``,
+    ``python -m plga.conformance``, ``python -m plga.proofs_bridge``): a
+    :class:`~plga.errors.PlgaError` (the user's input) is one line on stderr and exit 2
+    (``PLGA_DEBUG=1`` shows its traceback); an interrupt is exit 130; anything else is a bug
+    of ours and propagates with its traceback (exit 1)."""
+    try:
+        return int(func(args))
+    except KeyboardInterrupt:
+        print(f"plga {name}: interrupted", file=sys.stderr)
+        return 130
+    except PlgaError as exc:
+        if os.environ.get("PLGA_DEBUG"):
+            raise
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"plga {name}: error: {message}", file=sys.stderr)
+        return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``plga`` console script."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    try:
-        return int(args.func(args))
-    except KeyboardInterrupt:
-        print("plga: interrupted", file=sys.stderr)
-        return 130
-    except PlgaError as exc:  # the user's mistake or bad input: one line, exit 2
-        if os.environ.get("PLGA_DEBUG"):
-            raise
-        message = " ".join(str(exc).split()) or type(exc).__name__
-        print(f"plga {args.command}: error: {message}", file=sys.stderr)
-        return 2
-    # anything else is a bug of ours: Python prints the traceback and exits 1
+    return run_command(args.command, args.func, args)
 
 
 if __name__ == "__main__":  # pragma: no cover

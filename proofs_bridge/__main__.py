@@ -5,8 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ..errors import PlgaError
-
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m plga.proofs_bridge", description=__doc__)
@@ -26,12 +24,9 @@ def main(argv: list[str] | None = None) -> int:
     a.add_argument("--all", action="store_true")
     sub.add_parser("gates", help="run the gates (Lake workspace, forbidden tokens, coverage, names, manifest)")
     sub.add_parser("table", help="print the README's 'What is formalized' table")
-    args = p.parse_args(argv)
-    try:
-        return _run(args)
-    except PlgaError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    from ..cli import run_command
+
+    return run_command("proofs_bridge", _run, p.parse_args(argv))
 
 
 def _run(args: argparse.Namespace) -> int:

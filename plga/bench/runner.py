@@ -245,15 +245,10 @@ def _run_and_report(
 
 def main(argv: list[str] | None = None) -> int:
     """``python -m plga.bench``: the same as ``plga bench``."""
-    from ..errors import PlgaError
+    from ..cli import run_command
 
     parser = add_bench_arguments(argparse.ArgumentParser(prog="plga bench", description=__doc__.splitlines()[0]))
-    args = parser.parse_args(argv)
-    try:
-        return bench_main(args)
-    except PlgaError as exc:
-        print(f"plga bench: error: {exc}", file=sys.stderr)
-        return 2
+    return run_command("bench", bench_main, parser.parse_args(argv))
 
 
 __all__ = ["add_bench_arguments", "bench_main", "main", "run_subprocess"]

@@ -123,17 +123,11 @@ def run_from_args(args: argparse.Namespace) -> int:
 
 def conformance_main(argv: Sequence[str] | None = None) -> int:
     """``plga conformance [options]`` → exit status (usage errors: one line, 2)."""
-    from ..cli import _Parser
-    from ..errors import PlgaError
+    from ..cli import _Parser, run_command
 
     parser = _Parser(prog="plga conformance", description="Run the PLGA conformance suite against an implementation.")
     add_conformance_arguments(parser)
-    args = parser.parse_args(list(sys.argv[1:] if argv is None else argv))
-    try:
-        return run_from_args(args)
-    except PlgaError as exc:
-        print(f"plga conformance: error: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 2
+    return run_command("conformance", run_from_args, parser.parse_args(list(sys.argv[1:] if argv is None else argv)))
 
 
 __all__ = ["add_conformance_arguments", "conformance_main", "read_xfails", "run_from_args"]
