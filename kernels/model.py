@@ -35,7 +35,7 @@ from ..reference.checkpoint import (
     save_safetensors,
 )
 from ..reference.config import PLDRConfig
-from ..reference.decoder import MODES, check_generation
+from ..reference.decoder import MODES, check_generation, steps_of
 from ..reference.numerics import float32_sqrt
 from ..reference.sampling import check_sampling, check_seed, sample_next
 from . import functional as KF
@@ -652,6 +652,7 @@ class PLDRModel(nn.Module):
         top_p: float = 1.0,
         seed: int | None = None,
         return_step_logits: bool = False,
+        progress: bool = False,
     ) -> GenerationOutput:
         """Decode ``max_new_tokens`` after ``prompt`` [B, S] (left padding with id 0 for batches).
 
@@ -663,7 +664,8 @@ class PLDRModel(nn.Module):
         [L, H, d, d]) — with K, V cached, and never runs the metric learner. Default: ``collapsed``
         with constant operators, ``kv`` otherwise. Greedy when ``temperature == 0``; otherwise
         seeded sampling (:mod:`plga.reference.sampling`, the same tokens as the reference for
-        the same ``seed``; default seed 0) with top-k / top-p.
+        the same ``seed``; default seed 0) with top-k / top-p. ``progress`` shows a bar per
+        generated token on a terminal.
         """
         check_sampling(temperature, top_k, top_p)
         seed = check_seed(seed)
@@ -690,14 +692,14 @@ class PLDRModel(nn.Module):
             return torch.as_tensor(ids, device=self.device)
 
         if mode == "nocache":
-            for n in range(max_new_tokens):
+            for n in steps_of(max_new_tokens, progress):
                 logits = self.forward(out_tokens[:, : s + n], logits="last", G=operators).logits
                 assert logits is not None
                 out_tokens[:, s + n] = choose(logits)
         elif max_new_tokens:
             cache = self.new_cache(b, s + max_new_tokens - 1 if max_new_tokens > 1 else s)
             logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
-            for n in range(max_new_tokens):
+            for n in steps_of(max_new_tokens, progress):
                 assert logits is not None
                 nxt = choose(logits)
                 out_tokens[:, s + n] = nxt

@@ -162,7 +162,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         result = decoder.generate(
             decoder.to_backend(params), config, tokens, args.max_new_tokens, mode,
             constant_g=constant_g, temperature=args.temperature, top_k=args.top_k, top_p=args.top_p,
-            seed=args.seed,
+            seed=args.seed, progress=not args.no_progress,
         )
         out_tokens, step_logits = result.tokens, result.step_logits
     else:
@@ -174,7 +174,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
             gen = model.generate(
                 torch.as_tensor(tokens, device=model.device), args.max_new_tokens, mode, G=g,
                 temperature=args.temperature, top_k=args.top_k, top_p=args.top_p, seed=args.seed,
-                return_step_logits=True,
+                return_step_logits=True, progress=not args.no_progress,
             )
         out_tokens, step_logits = gen.tokens.cpu().numpy(), gen.step_logits.double().cpu().numpy()
     _save_npz(args.out, {"tokens": out_tokens, "step_logits": step_logits})
@@ -258,6 +258,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus: the smallest set reaching probability p (default 1)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default 0); the same seed gives the same "
                    "tokens on both backends")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
     _add_backend_arguments(p)
     p.set_defaults(func=cmd_generate)
 

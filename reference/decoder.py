@@ -370,6 +370,13 @@ def step(
     return logits, new_caches
 
 
+def steps_of(n: int, show: bool) -> Any:
+    """``range(n)``, with a progress bar of the decoding steps when ``show`` (and stderr is a terminal)."""
+    from ..progress import progress
+
+    return progress(range(n), "generate", show=show, total=n)
+
+
 def check_generation(mode: str, constant: bool, max_new_tokens: int) -> None:
     """The mode and length rules shared by the reference and the kernels (one home).
 
@@ -403,6 +410,7 @@ def generate(
     top_k: int = 0,
     top_p: float = 1.0,
     seed: int | None = None,
+    progress: bool = False,
 ) -> GenerationResult:
     """Decode ``max_new_tokens`` tokens after ``prompt`` [B, S] (greedy unless temperature > 0).
 
@@ -412,7 +420,8 @@ def generate(
     every step and never runs the learner. ``constant_g`` goes with ``collapsed`` or ``nocache``
     (full recompute under the constant operators). Cached steps attend to every cached key except
     the prompt's padding keys. Sampling (:mod:`plga.reference.sampling`) is seeded by ``seed``
-    (default :data:`~plga.reference.sampling.DEFAULT_SEED`).
+    (default :data:`~plga.reference.sampling.DEFAULT_SEED`). ``progress`` shows a bar per
+    generated token on a terminal (:mod:`plga.progress`).
     """
     check_generation(mode, constant_g is not None, max_new_tokens)
     check_sampling(temperature, top_k, top_p)
@@ -426,7 +435,7 @@ def generate(
     rng = np.random.default_rng(seed)
     steps: list[Array] = []
     if mode == "nocache":
-        for _ in range(max_new_tokens):
+        for _ in steps_of(max_new_tokens, progress):
             logits = forward(params, config, tokens, constant_g=constant_g).logits[:, -1]  # [B, V]
             steps.append(logits)
             nxt = sample_next(logits, rng, temperature, top_k, top_p)
@@ -435,7 +444,7 @@ def generate(
         result = forward(params, config, tokens, constant_g=constant_g)
         caches, logits = result.caches, result.logits[:, -1]
         cached_mode = "collapsed" if constant_g is not None else mode
-        for n in range(max_new_tokens):
+        for n in steps_of(max_new_tokens, progress):
             steps.append(logits)
             nxt = sample_next(logits, rng, temperature, top_k, top_p)
             tokens = np.concatenate([tokens, nxt[:, None]], axis=1)

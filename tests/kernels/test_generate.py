@@ -231,3 +231,29 @@ def test_collapsed_bfloat16_keeps_G_wide():
     assert model.decoder.collapsed_G.dtype == torch.float32 and model.dtype == torch.bfloat16
     out = model.generate(torch.tensor([[5, 9, 1]]), 4, "collapsed")
     assert out.tokens.shape == (1, 7)
+
+
+def test_kernels_generation_progress_keeps_the_tokens(monkeypatch):
+    """The kernels' progress bar (the reference's ``steps_of``) changes nothing but stderr."""
+    import sys
+
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 8, dtype=torch.float32)
+    prompt = torch.tensor([[5, 9, 1, 30]])
+    quiet = model.generate(prompt, 5, "kvg")
+
+    class Terminal:
+        text = ""
+
+        def isatty(self):
+            return True
+
+        def write(self, s):
+            Terminal.text += s
+
+        def flush(self):
+            pass
+
+    monkeypatch.setattr(sys, "stderr", Terminal())
+    shown = model.generate(prompt, 5, "kvg", progress=True)
+    assert torch.equal(shown.tokens, quiet.tokens) and "generate:" in Terminal.text and "/5 " in Terminal.text

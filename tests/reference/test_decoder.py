@@ -146,3 +146,39 @@ def test_identity_constant_g_by_name():
         decoder.forward(PARAMS, CONFIG, PROMPT, constant_g="random")
     gen = decoder.generate(PARAMS, CONFIG, PROMPT, 3, "collapsed", constant_g="identity")
     np.testing.assert_array_equal(gen.tokens, decoder.generate(PARAMS, CONFIG, PROMPT, 3, "collapsed", constant_g=eye).tokens)
+
+
+class _Terminal:
+    """A stand-in stderr that says it is a terminal and keeps what is written."""
+
+    def __init__(self) -> None:
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def write(self, s: str) -> int:
+        self.text += s
+        return len(s)
+
+    def flush(self) -> None:
+        pass
+
+
+def test_generation_shows_progress_on_a_terminal_only(monkeypatch):
+    """``progress=True`` draws a bar of the decoding steps on a terminal, never changes the
+    tokens, and stays silent when stderr is not a terminal or progress is off."""
+    import sys
+
+    quiet = decoder.generate(PARAMS, CONFIG, PROMPT, 4, "kv")
+    term = _Terminal()
+    monkeypatch.setattr(sys, "stderr", term)
+    shown = decoder.generate(PARAMS, CONFIG, PROMPT, 4, "kv", progress=True)
+    np.testing.assert_array_equal(shown.tokens, quiet.tokens)
+    assert "generate:" in term.text and "/4 " in term.text  # a bar over the 4 steps (cleared at the end)
+    term.text = ""
+    decoder.generate(PARAMS, CONFIG, PROMPT, 4, "kv", progress=False)
+    assert term.text == ""
+    monkeypatch.setenv("PLGA_NO_PROGRESS", "1")
+    decoder.generate(PARAMS, CONFIG, PROMPT, 4, "kv", progress=True)
+    assert term.text == ""
