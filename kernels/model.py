@@ -347,12 +347,11 @@ class PLDRModel(nn.Module):
         cos, sin = self._rope.slice(start, s, self.device, dtype)
         return cos[:, None, None, :], sin[:, None, None, :]
 
-    def _qkv(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, Tensor, Tensor]:
-        """Rotated q, k and v [B, H, S, d] of layer ``i`` (packed QKV product, or the modules)."""
+    def _qkv(self, i: int, h: Tensor, p: _Pass, packed: tuple[Any, ...] | None) -> tuple[Tensor, Tensor, Tensor]:
+        """Rotated q, k and v [B, H, S, d] of layer ``i`` (the packed QKV product, or the modules)."""
         c = self.config
         b, s, dm = h.shape
         layer = self.decoder.dec_layers[i]
-        packed = self._packed.layer(i, layer.mha1, layer.ffn, self.device) if p.rope is not None else None
         if packed is None:
             cos, sin = self._rope.slice(p.start, s, h.device, h.dtype)
             heads = lambda x: x.view(b, s, c.num_heads, c.depth).transpose(1, 2)  # noqa: E731 [B, H, S, d]
@@ -411,11 +410,11 @@ class PLDRModel(nn.Module):
             backend=p.backend, validate=False,
         )
 
-    def _feed_forward(self, i: int, attn: Tensor, h: Tensor, packed: bool) -> Tensor:
-        """Output projection, residual + LayerNorm, gated feed-forward, residual + LayerNorm."""
+    def _feed_forward(self, i: int, attn: Tensor, h: Tensor, w: tuple[Any, ...] | None) -> Tensor:
+        """Output projection, residual + LayerNorm, gated feed-forward, residual + LayerNorm
+        (the packed products ``w`` of the layer, or the modules)."""
         layer = self.decoder.dec_layers[i]
         b, s, dm = h.shape
-        w = self._packed.layer(i, layer.mha1, layer.ffn, self.device) if packed else None
         merged = attn.transpose(1, 2).reshape(b, s, dm)  # [B, S, D]
         if w is None:
             h1 = layer.layernorm1(layer.mha1.dense(merged) + h)
@@ -428,7 +427,9 @@ class PLDRModel(nn.Module):
 
     def _layer(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, dict[str, Tensor] | None]:
         """One post-LN layer: q, k, v → operator G → cache → attention → feed-forward."""
-        q, k, v = self._qkv(i, h, p)
+        layer = self.decoder.dec_layers[i]
+        packed = self._packed.layer(i, layer.mha1, layer.ffn, self.device) if p.rope is not None else None  # once per layer
+        q, k, v = self._qkv(i, h, p, packed)
         ops = self._operator(i, q, p)
         g = ops[3]
         guard = p.guard if not p.guard_last_only or i == self.config.num_layers - 1 else None
@@ -436,7 +437,7 @@ class PLDRModel(nn.Module):
             for name, t in zip(DEDUCTIVE, ops, strict=True):
                 guard.add(i, name, t)
         keys, vals = self._keys_values(i, k, v, ops, p)
-        out = self._feed_forward(i, self._attend(q, keys, vals, g, p), h, p.rope is not None)
+        out = self._feed_forward(i, self._attend(q, keys, vals, g, p), h, packed)
         if guard is not None:
             guard.add(i, "the hidden state", out)
         if not p.deductive:
