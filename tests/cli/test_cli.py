@@ -60,21 +60,16 @@ def test_forward_and_generate_reproduce_the_golden_vectors(tmp_path, golden):
 )
 def test_errors_are_one_line_and_nonzero(tmp_path, argv, message):
     pytest.importorskip("safetensors")
-    from plga.reference.checkpoint import (
-        COLLAPSED_KEY,
-        is_learner_key,
-        random_params,
-        save_safetensors,
-    )
+    from plga.audit.collapsed import write_collapsed
+    from plga.reference.checkpoint import random_params, save_safetensors
     from plga.reference.config import PLDRConfig
 
     config = PLDRConfig.from_name("tiny")
     params = random_params(config)
     save_safetensors(params, config, tmp_path / "model")
-    gs = [np.eye(config.depth)[None].repeat(config.num_heads, 0)] * config.num_layers
-    np.savez(tmp_path / "g.npz", G_LM=np.stack(gs))
-    learner_free = {k: v for k, v in params.items() if not is_learner_key(k)}
-    save_safetensors(learner_free | {COLLAPSED_KEY: np.stack(gs).astype(np.float32)}, config, tmp_path / "collapsed", collapsed=True)
+    gs = np.stack([np.eye(config.depth)[None].repeat(config.num_heads, 0)] * config.num_layers)
+    np.savez(tmp_path / "g.npz", G_LM=gs)
+    write_collapsed(params, config, gs, tmp_path / "collapsed")
     (tmp_path / "tokens.json").write_text("[[1, 2, 3]]")
     (tmp_path / "bad.json").write_text("[[1, 2")
     (tmp_path / "ragged.json").write_text("[[1, 2], [3]]")
@@ -106,20 +101,16 @@ def test_a_collapsed_checkpoint_generates_on_both_backends(tmp_path):
     """The folder ``plga audit --collapse`` / ``save_collapsed`` writes is a generate input
     (mode collapsed by default), and both backends give the reference's tokens."""
     pytest.importorskip("safetensors")
+    from plga.audit.collapsed import write_collapsed
     from plga.reference import decoder
-    from plga.reference.checkpoint import (
-        COLLAPSED_KEY,
-        is_learner_key,
-        random_params,
-        save_safetensors,
-    )
+    from plga.reference.checkpoint import is_learner_key, random_params
     from plga.reference.config import PLDRConfig
 
     config = PLDRConfig.from_name("tiny")
     params = random_params(config, seed=3)
     gs = np.random.default_rng(0).normal(size=(config.num_layers, config.num_heads, config.depth, config.depth))
+    write_collapsed(params, config, gs, tmp_path / "collapsed")  # float32 weights: G stored in float32
     kept = {k: v for k, v in params.items() if not is_learner_key(k)}
-    save_safetensors(kept | {COLLAPSED_KEY: gs.astype(np.float32)}, config, tmp_path / "collapsed", collapsed=True)
     prompt = np.array([[4, 9, 1, 30]])
     np.save(tmp_path / "p.npy", prompt)
     want = decoder.generate(decoder.to_backend(kept), config, prompt, 5, "collapsed",
