@@ -38,12 +38,13 @@ from ..reference.config import PLDRConfig
 from ..reference.decoder import MODES, check_generation, steps_of
 from ..reference.numerics import float32_sqrt
 from ..reference.sampling import check_sampling, check_seed, sample_next
+from . import capture
 from . import functional as KF
 from .cache import DecodeCache, LayerCache, RopeTables
 from .collapse import CollapseReport, collapse_statistics
 from .finite import DEDUCTIVE, FiniteGuard
 from .modules import LOW_PRECISION, PLDRDecoder
-from .packed import PackedWeights, packed_linear
+from .packed import Packed, PackedWeights, packed_linear
 
 GLike = Any  # None | "identity" | tensor/array [L, H, d, d] or [L, B, H, d, d] | list of [H, d, d] / [B, H, d, d]
 
@@ -88,6 +89,9 @@ class _Pass:
     key_padding: Tensor | None  # [B, T] True at padding keys, None when there is none
     backend: str  # "sdpa" | "eager"
     rope: tuple[Tensor, ...] | None  # rotation tables of the packed path; None: the module path
+    weights: list[tuple[Packed, ...]] | None = None  # each layer's packed products (the packed path)
+    final: Packed | None = None  # the packed vocabulary projection (the packed path)
+    position: Tensor | None = None  # [1] a captured step's position (static shapes: the whole cache, later keys masked)
     deductive: bool = False
     guard: FiniteGuard | None = None
     guard_last_only: bool = False  # generate's own steps: only the last layer's hidden state
@@ -104,11 +108,13 @@ class PLDRModel(nn.Module):
 
     #: Check deductive tensors and hidden states for NaN / inf after every forward and step.
     check_finite: bool = True
-    #: Opt-in: batch-1 decoding products of a bfloat16 / float16 model on the CPU run a compiled
-    #: GEMV (:func:`plga.kernels.packed.rows_gemv`, ``torch.compile``): about twice the rate of
-    #: torch's own low-precision GEMV, after a one-time compilation per weight shape (seconds;
-    #: cached on disk across processes). No effect in other dtypes, on other devices, or with
-    #: more than one row per product.
+    #: Opt-in: :meth:`generate`'s cached steps run captured (:mod:`plga.kernels.capture`: the
+    #: whole step one compiled graph on static shapes; a CUDA graph on CUDA), and one-row
+    #: products on the CPU run the compiled row GEMV (:func:`plga.kernels.packed.rows_gemv`).
+    #: Costs one compilation per (batch, cache capacity, mode) — tens of seconds, cached on disk
+    #: across processes — so it pays off on long generations (``plga bench`` measures the
+    #: break-even). The captured step is certified like the rest: ``plga conformance --impl
+    #: kernels-captured``.
     compile_decode: bool = False
 
     def __init__(self, config: PLDRConfig, *, collapsed: bool = False) -> None:
@@ -338,11 +344,25 @@ class PLDRModel(nn.Module):
             out += [mha.wq, mha.wk, mha.wv, mha.dense, ffn.gluw1, ffn.gluw2, ffn.gluw3]
         return out
 
-    def _rope_tables(self, start: int, s: int, dtype: torch.dtype) -> tuple[Tensor, ...]:
+    def _packed_fields(self, backend: str, start: int, s: int, real: bool = False) -> dict[str, Any]:
+        """The packed path's fields of a pass over positions start … start + s − 1 (rotation
+        tables, every layer's packed products, looked up once per pass), or none: the modules."""
+        rope = None
+        if self._packed.usable(backend, self._linears()):
+            rope = self._rope_tables(start, s, self.dtype, real)
+        if rope is None:
+            return {"rope": None}
+        rows = self.compile_decode
+        weights = [self._packed.layer(i, layer.mha1, layer.ffn, self.device, rows) for i, layer in enumerate(self.decoder.dec_layers)]
+        if any(w is None for w in weights):  # inference-mode parameters: no version to track
+            return {"rope": None}
+        return {"rope": rope, "weights": weights, "final": self._packed.final(self.final_layer, self.device, rows)}
+
+    def _rope_tables(self, start: int, s: int, dtype: torch.dtype, real: bool = False) -> tuple[Tensor, ...]:
         """The rotation of the packed path for rows [B, S, 2, H, d/2]: interleaved pairs as one
-        complex table [S, 1, 1, d/2] (one complex product instead of eight real ops),
-        rotate-half as (cos, sin) [S, 1, 1, d/2]; in the chain dtype."""
-        if self.config.rope_style == "interleaved":
+        complex table [S, 1, 1, d/2] (one complex product instead of eight real ops; ``real``:
+        as (cos, sin) too), rotate-half as (cos, sin) [S, 1, 1, d/2]; in the chain dtype."""
+        if self.config.rope_style == "interleaved" and not real:
             return (self._rope.complex(start, s, self.device, dtype)[:, None, None, :],)
         cos, sin = self._rope.slice(start, s, self.device, dtype)
         return cos[:, None, None, :], sin[:, None, None, :]
@@ -362,9 +382,14 @@ class PLDRModel(nn.Module):
         qkv = packed_linear(h.reshape(b * s, dm), *packed[0], compiled=self.compile_decode).reshape(b, s, 3, c.num_heads, c.depth)
         qk, v = qkv[:, :, :2], qkv[:, :, 2]
         x = qk.to(KF.chain_dtype(h.dtype))
-        if c.rope_style == "interleaved":
+        if c.rope_style == "interleaved" and len(p.rope) == 1:  # type: ignore[arg-type]
             (cis,) = p.rope  # type: ignore[misc]
             rot = torch.view_as_real(torch.view_as_complex(x.unflatten(-1, (c.depth // 2, 2))) * cis).flatten(-2)
+        elif c.rope_style == "interleaved":  # real tables (a captured step: Inductor generates no complex code)
+            cos, sin = p.rope  # type: ignore[misc]
+            pairs = x.unflatten(-1, (c.depth // 2, 2))
+            x0, x1 = pairs[..., 0], pairs[..., 1]
+            rot = torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
         else:
             cos, sin = p.rope  # type: ignore[misc]
             x0, x1 = x[..., : c.depth // 2], x[..., c.depth // 2 :]
@@ -394,6 +419,11 @@ class PLDRModel(nn.Module):
         return every key and value to attend to [B, H, T, d]."""
         if p.cache is None:
             return k, v
+        if p.position is not None:  # a captured step: static shapes, the whole cache
+            lc = p.cache.layers[i]
+            lc.k.index_copy_(2, p.position, k)
+            lc.v.index_copy_(2, p.position, v)
+            return lc.k, lc.v
         lc, t0, s = p.cache.layers[i], p.cache.length, k.shape[2]
         lc.k[:, :, t0 : t0 + s].copy_(k)
         lc.v[:, :, t0 : t0 + s].copy_(v)
@@ -403,10 +433,12 @@ class PLDRModel(nn.Module):
 
     def _attend(self, q: Tensor, keys: Tensor, vals: Tensor, g: Tensor, p: _Pass) -> Tensor:
         """softmax((q G) kᵀ/√d + mask) v [B, H, S, d] through :func:`~plga.kernels.functional.plga_attention`:
-        causal over the cached keys, padding keys ignored, the published finite −1e9 mask."""
+        causal over the cached keys, padding keys ignored, the published finite −1e9 mask. A
+        captured step's one query sees every written key: the keys not yet written are in
+        ``key_padding`` and causality adds nothing."""
         pad = None if p.key_padding is None else p.key_padding[:, : keys.shape[2]]
         return KF.plga_attention(
-            q, keys, vals, g, causal=True, key_padding_mask=pad, scale=self._scale, finite_mask=True,
+            q, keys, vals, g, causal=p.position is None, key_padding_mask=pad, scale=self._scale, finite_mask=True,
             backend=p.backend, validate=False,
         )
 
@@ -427,8 +459,7 @@ class PLDRModel(nn.Module):
 
     def _layer(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, dict[str, Tensor] | None]:
         """One post-LN layer: q, k, v → operator G → cache → attention → feed-forward."""
-        layer = self.decoder.dec_layers[i]
-        packed = self._packed.layer(i, layer.mha1, layer.ffn, self.device) if p.rope is not None else None  # once per layer
+        packed = None if p.weights is None else p.weights[i]
         q, k, v = self._qkv(i, h, p, packed)
         ops = self._operator(i, q, p)
         g = ops[3]
@@ -451,15 +482,14 @@ class PLDRModel(nn.Module):
         x = self.decoder.embedding(tokens) * self._emb_scale  # √d_model rounded to float32
         return self.decoder.layernorm1(x)
 
-    def _project(self, h: Tensor, logits: Any, packed: bool = False) -> Tensor | None:
+    def _project(self, h: Tensor, logits: Any, final: Packed | None = None) -> Tensor | None:
         if logits is None:
             return None
         if isinstance(logits, str):
             if logits == "all":
                 return self.final_layer(h)
             if logits == "last":
-                fw = self._packed.final(self.final_layer, self.device) if packed else None
-                return self.final_layer(h[:, -1]) if fw is None else packed_linear(h[:, -1], *fw, compiled=self.compile_decode)
+                return self.final_layer(h[:, -1]) if final is None else packed_linear(h[:, -1], *final, compiled=self.compile_decode)
             raise InputError(f"logits must be 'all', 'last', an index tensor or None; got {logits!r}")
         idx = torch.as_tensor(logits, device=h.device)
         if idx.dtype.is_floating_point or idx.dtype.is_complex or idx.dtype == torch.bool:
@@ -484,7 +514,7 @@ class PLDRModel(nn.Module):
                 ded_all.append(ded)
         if p.guard is not None:
             p.guard.check()
-        return self._project(h, logits, p.rope is not None), h, ded_all
+        return self._project(h, logits, p.final), h, ded_all
 
     # -- forward and cached steps -------------------------------------------------------------
 
@@ -521,10 +551,9 @@ class PLDRModel(nn.Module):
         key_padding = pad if bool(pad.any()) else None
         if cache is not None:
             cache.key_padding = None if key_padding is None else _pad_to(key_padding, cache.capacity)
-        packed = self._packed.usable(backend, self._linears())
         p = _Pass(
             start=0, operators=self._operators(G, b), mode=None, cache=cache, key_padding=key_padding,
-            backend=backend, rope=self._rope_tables(0, s, self.dtype) if packed else None, deductive=deductive,
+            backend=backend, **self._packed_fields(backend, 0, s), deductive=deductive,
             guard=FiniteGuard() if self.check_finite else None,
         )
         out, h, ded = self._run(tokens, p, logits)
@@ -539,8 +568,8 @@ class PLDRModel(nn.Module):
             raise InputError(f"cache capacity {capacity} exceeds max_seq_len={c.max_seq_len}")
         shape = (batch, c.num_heads, capacity, c.depth)
         layers = [
-            LayerCache(k=torch.empty(shape, dtype=self.dtype, device=self.device),
-                       v=torch.empty(shape, dtype=self.dtype, device=self.device))
+            LayerCache(k=torch.zeros(shape, dtype=self.dtype, device=self.device),  # zeros: a captured step
+                       v=torch.zeros(shape, dtype=self.dtype, device=self.device))  # reads unwritten rows (masked)
             for _ in range(c.num_layers)
         ]
         return DecodeCache(layers=layers, length=0, capacity=capacity, key_padding=None)
@@ -589,15 +618,63 @@ class PLDRModel(nn.Module):
         s = tokens.shape[1]
         if cache.length + s > cache.capacity:
             raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + {s})")
-        packed = self._packed.usable(backend, self._linears())
         p = _Pass(
             start=cache.length, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
-            backend=backend, rope=self._rope_tables(cache.length, s, self.dtype) if packed else None,
+            backend=backend, **self._packed_fields(backend, cache.length, s),
             guard=FiniteGuard(deductive=not trusted) if self.check_finite else None, guard_last_only=trusted,
         )
         out, _, _ = self._run(tokens, p, logits)
         cache.length += s
         return out
+
+    def _capture_fields(self, cache: DecodeCache) -> dict[str, Any] | None:
+        """The packed fields of :meth:`_captured_step` (rotation tables of every cache position),
+        or None when the packed path is not usable (a hook on a projection): steps run uncaptured."""
+        fields = self._packed_fields("sdpa", 0, cache.capacity, real=True)
+        if fields["rope"] is None:
+            return None
+        capture.prepare_cache(cache)
+        return fields
+
+    def _captured_step(
+        self, tokens: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None, fields: dict[str, Any],
+        *, warm: bool,
+    ) -> tuple[Tensor, Tensor]:
+        """Generate's cached step of one token per row as one compiled graph (:mod:`.capture`):
+        the same stages as :meth:`_step` on static shapes. Returns the last-position logits
+        [B, V] and their argmax [B] (the greedy choice, computed in the graph).
+        ``warm``: an earlier step of this generation ran with the same objects (guards skipped)."""
+        if cache.length + 1 > cache.capacity:
+            raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + 1)")
+        position = torch.full((1,), cache.length, dtype=torch.long, device=self.device)
+        logits, greedy, bad, any_bad = capture.run_step(self, (tokens, position, cache, mode, operators, fields), warm=warm)
+        cache.length += 1
+        if self.check_finite and bool(any_bad):  # one sync; the message names the positions
+            guard = FiniteGuard(deductive=False)
+            guard.entries.append((self.config.num_layers - 1, "the hidden state", bad))
+            guard.check()
+        if self.device.type == "cuda":  # a CUDA graph overwrites its outputs on the next replay
+            return logits.clone(), greedy.clone()
+        return logits, greedy
+
+    def _captured_body(
+        self, tokens: Tensor, position: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
+        fields: dict[str, Any],
+    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """What :func:`.capture.compiled_step` compiles: tokens [B, 1] at ``position`` [1] →
+        logits [B, V], their argmax [B], the non-finite flags of the last hidden state [B, 1]
+        and whether any is set []."""
+        unwritten = torch.arange(cache.capacity, device=position.device) > position  # [C]
+        key_padding = unwritten.expand(tokens.shape[0], -1) if cache.key_padding is None else cache.key_padding | unwritten
+        rope = None if fields["rope"] is None else tuple(t.index_select(0, position) for t in fields["rope"])
+        p = _Pass(
+            start=0, operators=operators, mode=mode, cache=cache, key_padding=key_padding, backend="sdpa",
+            rope=rope, weights=fields.get("weights"), final=fields.get("final"), position=position,
+        )
+        logits, h, _ = self._run(tokens, p, "last")
+        assert logits is not None
+        bad = ~torch.isfinite(h).reshape(h.shape[0], h.shape[1], -1).all(-1)  # [B, 1]
+        return logits, torch.argmax(logits, dim=-1), bad, bad.any()
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -684,11 +761,11 @@ class PLDRModel(nn.Module):
         out_tokens[:, :s] = tokens
         steps: list[Tensor] = []
 
-        def choose(step_logits: Tensor) -> Tensor:
+        def choose(step_logits: Tensor, greedy: Tensor | None = None) -> Tensor:
             if return_step_logits:
                 steps.append(step_logits)
-            if temperature == 0:
-                return torch.argmax(step_logits, dim=-1)  # the model already refused non-finite activations
+            if temperature == 0:  # the model already refused non-finite activations
+                return torch.argmax(step_logits, dim=-1) if greedy is None else greedy
             ids = sample_next(step_logits.double().cpu().numpy(), rng, temperature, top_k, top_p)
             return torch.as_tensor(ids, device=self.device)
 
@@ -698,13 +775,21 @@ class PLDRModel(nn.Module):
                 assert logits is not None
                 out_tokens[:, s + n] = choose(logits)
         elif max_new_tokens:
-            cache = self.new_cache(b, s + max_new_tokens - 1 if max_new_tokens > 1 else s)
+            capacity = s + max_new_tokens - 1 if max_new_tokens > 1 else s
+            captured = self.compile_decode and max_new_tokens > 1
+            if captured:  # a few capacities serve every prompt length: one compilation each
+                capacity = capture.bucket(capacity, self.config.max_seq_len)
+            cache = self.new_cache(b, capacity)
             logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
+            fields = self._capture_fields(cache) if captured else None
+            greedy = None
             for n in steps_of(max_new_tokens, progress):
                 assert logits is not None
-                nxt = choose(logits)
+                nxt = choose(logits, greedy)
                 out_tokens[:, s + n] = nxt
-                if n + 1 < max_new_tokens:
+                if n + 1 < max_new_tokens and fields is not None:
+                    logits, greedy = self._captured_step(nxt.reshape(b, 1).contiguous(), cache, mode, operators, fields, warm=n > 0)
+                elif n + 1 < max_new_tokens:
                     logits = self._step(nxt[:, None], cache, mode, operators, "last", "sdpa", trusted=True)
         step_logits = None
         if return_step_logits:

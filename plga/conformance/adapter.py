@@ -76,6 +76,7 @@ ALIASES: dict[str, str] = {
     "kernels": "plga.conformance.adapters:kernels",
     "plga.kernels": "plga.conformance.adapters:kernels",
     "kernels-eager": "plga.conformance.adapters:kernels_eager",
+    "kernels-captured": "plga.conformance.adapters:kernels_captured",
     "reference": "plga.conformance.adapters:reference",
 }
 

@@ -3,6 +3,7 @@
 * :func:`kernels` — :mod:`plga.kernels` (fused SDPA backend), capabilities read from what the
   package actually defines, so the suite runs against a partial build and names the gaps.
 * :func:`kernels_eager` — the same package with ``backend="eager"``.
+* :func:`kernels_captured` — the same package with captured decoding steps (``compile_decode``).
 * :func:`reference` — the float64 NumPy reference wrapped as an implementation (rounds its
   float64 result to the input dtype): the "always passes" sanity implementation.
 * :class:`EagerAdapter` — :mod:`plga.conformance.eager`, the suite's baseline, as an adapter:
@@ -131,8 +132,9 @@ class KernelsAdapter(Adapter):
     Only what the package defines is declared.
     """
 
-    def __init__(self, backend: str | None = None) -> None:
+    def __init__(self, backend: str | None = None, *, captured: bool = False) -> None:
         torch = _torch()
+        self.captured = captured
         import plga.kernels as K
 
         self.K = K
@@ -145,6 +147,8 @@ class KernelsAdapter(Adapter):
         default_backend = params["backend"].default if "backend" in params else None
         self.backend = backend or default_backend
         self.name = f"plga.kernels (backend={self.backend})" if self.backend else "plga.kernels"
+        if captured:
+            self.name = "plga.kernels (captured decoding steps)"
         from .. import __version__
 
         self.version = f"plga {getattr(K, '__version__', __version__)}, torch {torch.__version__}"
@@ -198,6 +202,8 @@ class KernelsAdapter(Adapter):
             ref = next(iter(state_dict.values()))
             params = {k: v.detach().to("cpu").double().numpy() for k, v in state_dict.items()}
             model = self._model_cls.from_reference(params, config, dtype=ref.dtype, device=ref.device)
+            if self.captured:
+                model.compile_decode = True
             self._models = {"state": state_dict, "model": model.eval()}
         return self._models["model"]
 
@@ -261,8 +267,15 @@ def kernels_eager() -> Adapter:
 
 
 @adapter_factory
+def kernels_captured() -> Adapter:
+    """:mod:`plga.kernels` with ``PLDRModel.compile_decode = True``: generation's cached steps
+    run captured (one compiled graph per step shape, :mod:`plga.kernels.capture`)."""
+    return KernelsAdapter(captured=True)
+
+
+@adapter_factory
 def reference() -> Adapter:
     return ReferenceAdapter()
 
 
-__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_eager", "reference"]
+__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_captured", "kernels_eager", "reference"]

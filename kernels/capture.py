@@ -1,0 +1,93 @@
+"""Captured decoding steps: a whole cached step of :class:`~plga.kernels.model.PLDRModel` as
+one compiled graph (opt-in, ``model.compile_decode = True``).
+
+An uncaptured step runs a few hundred small operations from Python, and at batch 1 the time
+between them is a large part of the step (12–38 % on the bench machine's CPU; on a GPU the
+launches dominate). A captured step runs the same stages (:meth:`PLDRModel._layer`, the same
+:func:`~plga.kernels.functional.plga_attention` call) on **static shapes**: the new token's
+position is a tensor, its key and value are written into the cache at that position, and the
+query attends over the whole preallocated cache with the keys not yet written masked like
+padding keys (the published finite −1e9 mask: a masked key's weight is exactly 0, and the
+query's own key is always allowed). Shapes then never change between steps, so one compilation
+serves a whole generation:
+
+- CPU: ``torch.compile`` (Inductor, ``fullgraph=True``): no Python between operations; the
+  one-row products are the row-layout GEMV fused into the graph.
+- CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph; the cache tensors are
+  marked static addresses, so their in-place update is part of the graph.
+
+Compilation happens once per (model, batch, cache capacity, mode, dtype, device) and is
+cached on disk by Inductor across processes; its cost and break-even are measured in
+``plga bench`` (the ``fused+compile`` rows).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch import Tensor
+
+#: Compiled entries kept for the step function (Dynamo's default, 8, is too few for a process
+#: that decodes several models, batches and modes: past it the step would silently run eagerly).
+RECOMPILE_LIMIT = 64
+_COMPILED: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
+
+
+def _step(model: Any, tokens: Tensor, position: Tensor, cache: Any, mode: str, operators: Any,
+          fields: dict[str, Any]) -> tuple[Tensor, ...]:
+    return model._captured_body(tokens, position, cache, mode, operators, fields)
+
+
+def compiled_step(device: torch.device) -> Callable[..., tuple[Tensor, ...]]:
+    """The compiled step function for ``device`` (built on first use; one per device type)."""
+    fn = _COMPILED.get(device.type)
+    if fn is None:
+        mode = "reduce-overhead" if device.type == "cuda" else None
+        fn = _COMPILED[device.type] = torch.compile(_step, fullgraph=True, dynamic=False, mode=mode)
+    return fn
+
+
+def bucket(capacity: int, max_seq_len: int) -> int:
+    """The cache capacity a captured generation allocates: the next power of two ≥ 64 (at most
+    ``max_seq_len``), so that prompts of every length share a few compilations (the shapes are
+    static; the keys past the written ones are masked, so a larger cache changes no result)."""
+    return max(capacity, min(max_seq_len, max(64, 1 << (capacity - 1).bit_length())))
+
+
+def run_step(model: Any, args: tuple[Any, ...], *, warm: bool) -> tuple[Tensor, ...]:
+    """One captured step: ``model._captured_body(*args)`` compiled.
+
+    ``warm``: an earlier step of the same generation ran with the same model, cache, mode,
+    operators and packed fields — the same objects, shapes and strides; only the values of the
+    token and position tensors differ — so Dynamo's guards cannot reject this call and are
+    skipped (``skip_guard_eval_unsafe``: only the guards that tell compiled entries apart run;
+    the first step of every generation runs every guard, and compiles when they fail).
+    """
+    device = args[1].device
+    begin_step(device)
+    fn = compiled_step(device)
+    if not warm:  # every (batch, capacity, mode, dtype, shapes) is one entry; past the limit Dynamo would run eagerly
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+            return fn(model, *args)
+    with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
+        return fn(model, *args)
+
+
+def prepare_cache(cache: Any) -> None:
+    """On CUDA, mark the cache tensors as static addresses (updated in place inside the graph)."""
+    if cache.layers[0].k.device.type != "cuda":
+        return
+    for lc in cache.layers:
+        for t in (lc.k, lc.v):
+            torch._dynamo.mark_static_address(t)
+
+
+def begin_step(device: torch.device) -> None:
+    """Before each replay on CUDA: the previous step's outputs may be overwritten from now on."""
+    if device.type == "cuda":
+        torch.compiler.cudagraph_mark_step_begin()
+
+
+__all__ = ["begin_step", "bucket", "compiled_step", "prepare_cache", "run_step"]

@@ -1,0 +1,150 @@
+"""Captured decoding steps (``PLDRModel.compile_decode``, :mod:`plga.kernels.capture`): the same
+tokens and logits as the reference and the uncaptured steps in every cached mode, with batches
+and left padding; a few compilations serve every prompt length; the checks around a step
+(non-finite states, hooks) still hold. A negative control shows the comparison catches a step
+that attends to the cache rows not yet written."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from plga.errors import NonFiniteError
+from plga.kernels import PLDRModel, random_G
+from plga.kernels import capture as C
+from plga.reference import decoder as R
+from plga.reference.config import PLDRConfig
+
+from .kernel_helpers import model_pair
+from .policy import assert_rel_close
+
+#: Left padding in rows 1 and 2; row 0 is the longest prompt.
+BATCH = torch.tensor([[5, 9, 1, 30, 2, 7], [0, 0, 3, 4, 5, 6], [0, 8, 8, 2, 6, 1]])
+NEW = 6
+
+
+def _generate(model: PLDRModel, prompt: torch.Tensor, mode: str, *, captured: bool, G=None, n: int = NEW):
+    model.compile_decode = captured
+    try:
+        return model.generate(prompt, n, mode, G=G, return_step_logits=True)
+    finally:
+        model.compile_decode = False
+
+
+@pytest.mark.golden
+@pytest.mark.parametrize("mode", ["kv", "kvg"])
+def test_golden_greedy_captured(golden_checkpoint, golden, mode):
+    """The trained golden model: captured float64 decoding reproduces the published tokens and
+    step logits to the float64 tolerance; float32 reproduces the tokens."""
+    params, config = golden_checkpoint
+    prompt = torch.as_tensor(golden["gen.prompt"])
+    for dtype in (torch.float64, torch.float32):
+        model = PLDRModel.from_reference(params, config, dtype=dtype)
+        out = _generate(model, prompt, mode, captured=True, n=10)
+        np.testing.assert_array_equal(out.tokens.numpy()[0], golden[f"gen.{mode}.tokens"])
+        if dtype == torch.float64:
+            assert_rel_close(out.step_logits[0], golden[f"gen.{mode}.step_logits"], name=mode)
+
+
+@pytest.mark.parametrize("mode", ["kv", "kvg", "collapsed"])
+def test_captured_equals_the_reference_with_padding(mode):
+    """Batch 3 with left padding, float64: the reference decoder's tokens and step logits, and
+    the uncaptured steps' to rounding."""
+    config = PLDRConfig.from_name("tiny")
+    params, model = model_pair(config, 21)
+    G = random_G(config, seed=5) if mode == "collapsed" else None
+    g_ref = None if G is None else list(G.double().numpy())
+    want = R.generate(R.to_backend(params), config, BATCH.numpy(), NEW, mode, constant_g=g_ref)
+    got = _generate(model, BATCH, mode, captured=True, G=G)
+    plain = _generate(model, BATCH, mode, captured=False, G=G)
+    np.testing.assert_array_equal(got.tokens.numpy(), want.tokens)
+    assert_rel_close(got.step_logits, want.step_logits, name=mode)
+    assert torch.equal(got.tokens, plain.tokens)
+    assert_rel_close(got.step_logits, plain.step_logits, rtol=1e-12, name=mode)
+
+
+def test_negative_control_a_step_that_sees_unwritten_rows_is_caught(monkeypatch):
+    """A captured step that forgets to mask the cache rows not yet written (zeros: score 0, a
+    nonzero weight) fails the same comparison."""
+    config = PLDRConfig.from_name("tiny")
+    params, model = model_pair(config, 21)
+    want = R.generate(R.to_backend(params), config, BATCH.numpy(), NEW, "kvg")
+    original = torch.arange
+
+    def no_unwritten(*args, **kwargs):  # the body's arange(capacity) > position, made all-False
+        out = original(*args, **kwargs)
+        return out.zero_() if args and args[0] == C.bucket(BATCH.shape[1] + NEW - 1, config.max_seq_len) else out
+
+    monkeypatch.setattr(torch, "arange", no_unwritten)
+    torch._dynamo.reset()  # the patched body must be traced afresh
+    try:
+        got = _generate(model, BATCH, "kvg", captured=True)
+    finally:
+        monkeypatch.undo()
+        torch._dynamo.reset()
+    with pytest.raises(AssertionError):
+        assert_rel_close(got.step_logits, want.step_logits, name="kvg")
+
+
+def test_float32_captured_within_rounding_of_plain():
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 22, dtype=torch.float32)
+    got = _generate(model, BATCH, "kvg", captured=True)
+    plain = _generate(model, BATCH, "kvg", captured=False)
+    assert torch.equal(got.tokens, plain.tokens)
+    assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=1e-5, name="float32")
+
+
+def test_one_compilation_serves_every_prompt_length():
+    """The cache capacity is bucketed: prompts of other lengths reuse the compiled step."""
+    from torch._dynamo.utils import counters
+
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 23)
+    _generate(model, BATCH[:1, :3], "kvg", captured=True, n=3)
+    before = counters["stats"]["unique_graphs"]
+    for length, n in ((2, 5), (5, 2), (6, 4)):
+        want = _generate(model, BATCH[:1, :length], "kvg", captured=False, n=n)
+        got = _generate(model, BATCH[:1, :length], "kvg", captured=True, n=n)
+        assert torch.equal(got.tokens, want.tokens)
+    assert counters["stats"]["unique_graphs"] == before
+    assert [C.bucket(c, 1024) for c in (1, 64, 65, 300, 1024)] == [64, 64, 128, 512, 1024]
+    assert C.bucket(40, 32) == 40  # never below what the generation needs
+
+
+def test_a_new_batch_after_a_warm_generation_runs_every_guard():
+    """Warm steps skip Dynamo's guards only within one generation: the next generation (another
+    batch, another mode) checks them again and gets its own compiled step."""
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 24)
+    for prompt, mode in ((BATCH, "kvg"), (BATCH[1:2], "kvg"), (BATCH, "kv"), (BATCH[:2], "kvg")):
+        got = _generate(model, prompt, mode, captured=True)
+        want = _generate(model, prompt, mode, captured=False)
+        assert torch.equal(got.tokens, want.tokens)
+        assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name=mode)
+
+
+def test_captured_steps_report_non_finite_hidden_states():
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 16, dtype=torch.float32)
+    prompt = torch.tensor([[5, 9, 1]])
+    greedy = model.generate(prompt, 1, "kvg").tokens[0, -1]
+    with torch.no_grad():
+        model.decoder.embedding.weight[greedy].fill_(3e38)  # overflows only when generated
+    model.compile_decode = True
+    with pytest.raises(NonFiniteError, match=r"layer \d+: the hidden state is not finite"):
+        model.generate(prompt, 3, "kvg")
+
+
+def test_a_hook_keeps_generation_on_the_module_path():
+    """A forward hook on a projection: steps run uncaptured through the modules, where it fires."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 25)
+    want = _generate(model, BATCH, "kvg", captured=False)
+    seen = []
+    handle = model.decoder.dec_layers[0].mha1.wq.register_forward_hook(lambda _m, _i, out: seen.append(out.shape))
+    try:
+        got = _generate(model, BATCH, "kvg", captured=True)
+    finally:
+        handle.remove()
+    assert len(seen) == NEW  # the prompt pass and NEW − 1 steps
+    assert torch.equal(got.tokens, want.tokens)
