@@ -14,6 +14,7 @@ wider whatever the model dtype.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 from collections.abc import Mapping, Sequence
@@ -344,15 +345,19 @@ class PLDRModel(nn.Module):
             out += [mha.wq, mha.wk, mha.wv, mha.dense, ffn.gluw1, ffn.gluw2, ffn.gluw3]
         return out
 
-    def _packed_fields(self, backend: str, start: int, s: int, real: bool = False) -> dict[str, Any]:
+    def _packed_fields(self, backend: str, start: int, s: int, batch: int, real: bool = False) -> dict[str, Any]:
         """The packed path's fields of a pass over positions start … start + s − 1 (rotation
-        tables, every layer's packed products, looked up once per pass), or none: the modules."""
+        tables, every layer's packed products, looked up once per pass), or none: the modules.
+
+        With ``compile_decode`` a batch of one uses the row layout on the CPU (its one-row
+        products are the compiled GEMV); larger batches keep the column blocks, whose few-row
+        products are faster (switching rebuilds the copies)."""
         rope = None
         if self._packed.usable(backend, self._linears()):
             rope = self._rope_tables(start, s, self.dtype, real)
         if rope is None:
             return {"rope": None}
-        rows = self.compile_decode
+        rows = self.compile_decode and batch == 1
         weights = [self._packed.layer(i, layer.mha1, layer.ffn, self.device, rows) for i, layer in enumerate(self.decoder.dec_layers)]
         if any(w is None for w in weights):  # inference-mode parameters: no version to track
             return {"rope": None}
@@ -553,7 +558,7 @@ class PLDRModel(nn.Module):
             cache.key_padding = None if key_padding is None else _pad_to(key_padding, cache.capacity)
         p = _Pass(
             start=0, operators=self._operators(G, b), mode=None, cache=cache, key_padding=key_padding,
-            backend=backend, **self._packed_fields(backend, 0, s), deductive=deductive,
+            backend=backend, **self._packed_fields(backend, 0, s, b), deductive=deductive,
             guard=FiniteGuard() if self.check_finite else None,
         )
         out, h, ded = self._run(tokens, p, logits)
@@ -620,7 +625,7 @@ class PLDRModel(nn.Module):
             raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + {s})")
         p = _Pass(
             start=cache.length, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
-            backend=backend, **self._packed_fields(backend, cache.length, s),
+            backend=backend, **self._packed_fields(backend, cache.length, s, tokens.shape[0]),
             guard=FiniteGuard(deductive=not trusted) if self.check_finite else None, guard_last_only=trusted,
         )
         out, _, _ = self._run(tokens, p, logits)
@@ -630,7 +635,7 @@ class PLDRModel(nn.Module):
     def _capture_fields(self, cache: DecodeCache) -> dict[str, Any] | None:
         """The packed fields of :meth:`_captured_step` (rotation tables of every cache position),
         or None when the packed path is not usable (a hook on a projection): steps run uncaptured."""
-        fields = self._packed_fields("sdpa", 0, cache.capacity, real=True)
+        fields = self._packed_fields("sdpa", 0, cache.capacity, cache.layers[0].k.shape[0], real=True)
         if fields["rope"] is None:
             return None
         capture.prepare_cache(cache)
@@ -638,16 +643,15 @@ class PLDRModel(nn.Module):
 
     def _captured_step(
         self, tokens: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None, fields: dict[str, Any],
-        *, warm: bool,
+        steps: capture.CapturedSteps,
     ) -> tuple[Tensor, Tensor]:
         """Generate's cached step of one token per row as one compiled graph (:mod:`.capture`):
         the same stages as :meth:`_step` on static shapes. Returns the last-position logits
-        [B, V] and their argmax [B] (the greedy choice, computed in the graph).
-        ``warm``: an earlier step of this generation ran with the same objects (guards skipped)."""
+        [B, V] and their argmax [B] (the greedy choice, computed in the graph)."""
         if cache.length + 1 > cache.capacity:
             raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + 1)")
         position = torch.full((1,), cache.length, dtype=torch.long, device=self.device)
-        logits, greedy, bad, any_bad = capture.run_step(self, (tokens, position, cache, mode, operators, fields), warm=warm)
+        logits, greedy, bad, any_bad = steps(self, tokens, position, cache, mode, operators, fields)
         cache.length += 1
         if self.check_finite and bool(any_bad):  # one sync; the message names the positions
             guard = FiniteGuard(deductive=False)
@@ -783,14 +787,17 @@ class PLDRModel(nn.Module):
             logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
             fields = self._capture_fields(cache) if captured else None
             greedy = None
-            for n in steps_of(max_new_tokens, progress):
-                assert logits is not None
-                nxt = choose(logits, greedy)
-                out_tokens[:, s + n] = nxt
-                if n + 1 < max_new_tokens and fields is not None:
-                    logits, greedy = self._captured_step(nxt.reshape(b, 1).contiguous(), cache, mode, operators, fields, warm=n > 0)
-                elif n + 1 < max_new_tokens:
-                    logits = self._step(nxt[:, None], cache, mode, operators, "last", "sdpa", trusted=True)
+            with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
+                for n in steps_of(max_new_tokens, progress):
+                    assert logits is not None
+                    nxt = choose(logits, greedy)
+                    out_tokens[:, s + n] = nxt
+                    if n + 1 < max_new_tokens and captured_steps is not None:
+                        logits, greedy = self._captured_step(
+                            nxt.reshape(b, 1).contiguous(), cache, mode, operators, fields, captured_steps
+                        )
+                    elif n + 1 < max_new_tokens:
+                        logits = self._step(nxt[:, None], cache, mode, operators, "last", "sdpa", trusted=True)
         step_logits = None
         if return_step_logits:
             v = self.config.input_vocab_size

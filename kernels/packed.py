@@ -5,11 +5,13 @@ weights instead of the ``nn.Linear`` modules: one QKV product (Wq | Wk | Wv), on
 product, and on the CPU the transposed weights split into one column block per intra-op thread,
 so that a batch-1 decoding GEMV streams on every core (the CPU BLAS runs a GEMV on one core).
 
-In bfloat16 / float16 on the CPU the copies keep the ``nn.Linear`` row layout W [N, K] instead
-(:func:`pack_rows`): oneDNN's low-precision GEMM runs at the same rate on either layout, and a
-batch-1 product over rows is a contiguous dot product per output, which the compiled GEMV
-(:func:`rows_gemv`, ``torch.compile``, opt-in) streams at about twice the rate of torch's own
-bf16 GEMV (bench machine, one thread: 34 vs 16 GB/s).
+In bfloat16 / float16 on the CPU, and in every dtype for a batch of one with the opt-in
+``compile_decode``, the copies keep the ``nn.Linear`` row layout W [N, K] instead
+(:func:`pack_rows`): the GEMMs run at the same rate on either layout, and a one-row product over
+rows is a contiguous dot product per output, which the compiled GEMV (:func:`rows_gemv`, or
+fused into a captured step) streams at about twice the rate of torch's own GEMV (bench machine,
+2 threads, 32000 × 896: float32 52–76 GB/s against 18 for ``F.linear`` and 49 for the column
+blocks; bfloat16 60–70 against 31).
 
 The copies are never in the state dict; they are rebuilt when a parameter changes (storage or
 in-place version counter) and dropped when the model is moved or cast.

@@ -71,8 +71,9 @@ def plan_cases(
 
     ``low_precision`` adds, for a float32 run, fused rows in :data:`LOW_DTYPE` beside the float32
     ones (prefill at the largest shape, batch-1 cached decoding) and the accuracy case on the
-    golden vectors, so their ratios come from one run; ``capture`` adds batch-1 cached decoding
-    in :data:`LOW_DTYPE` with the compiled GEMV (``PLDRModel.compile_decode``, ``torch.compile``).
+    golden vectors, so their ratios come from one run; ``capture`` adds cached decoding with
+    captured steps (``PLDRModel.compile_decode``: one compiled graph per step, a CUDA graph on
+    CUDA) beside every plain cached decoding row, in float32 and :data:`LOW_DTYPE`.
     """
     kinds = set(kinds)
     unknown = kinds - set(CASE_KINDS)
@@ -113,9 +114,11 @@ def plan_cases(
                     cached_b1 = b == 1 and mode != "nocache"
                     cases.append({**dec, "impl": "eager"})
                     cases.append({**dec, "impl": "fused", "overhead": overhead and cached_b1})
+                    if capture and mode != "nocache":  # captured steps (compile_decode)
+                        cases.append({**dec, "impl": "fused", "capture": "compile", "overhead": overhead and cached_b1})
                     if cached_b1 and low:
                         cases.append({**dec, "impl": "fused", "dtype": low})
-                    if cached_b1 and low and capture and device == "cpu":  # the compiled GEMV is a CPU path
+                    if cached_b1 and low and capture:
                         cases.append({**dec, "impl": "fused", "dtype": low, "capture": "compile"})
     if low and kinds & {"prefill", "decode"}:
         cases.append({**base, "kind": "accuracy", "dtype": low, "runs": 1, "warmup": 0})

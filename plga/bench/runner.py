@@ -51,7 +51,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--no-low-precision", action="store_true", help="skip the bfloat16 fused rows a float32 run adds")
     parser.add_argument("--only", default=None, metavar="TEXT[,TEXT…]",
                         help="run only the planned cases whose id contains one of these texts (the machine limits always run)")
-    parser.add_argument("--no-capture", action="store_true", help="skip the compiled-GEMV bfloat16 decoding rows")
+    parser.add_argument("--no-capture", action="store_true", help="skip the captured-step decoding rows (compile_decode)")
     parser.add_argument("--out", default=None, help="write the results JSON here (atomically)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny/small shapes, 2 runs (labelled: fewer than 5 runs)")
     parser.add_argument("--seed", type=int, default=0, help="weights and token seed (default 0)")

@@ -47,10 +47,15 @@ def test_low_precision_and_capture_rows():
     }
     assert all(c["impl"] == "fused" and "@bfloat16" in c["id"] for c in low)
     comp = [c for c in cases if c.get("capture")]
-    assert {c["mode"] for c in comp} == set(P.CACHED_MODES)
-    assert all(c["batch"] == 1 and c["dtype"] == "bfloat16" and "+compile@bfloat16" in c["id"] for c in comp)
+    # a captured row beside every plain cached row: float32 at batch 1 and 8, bfloat16 at batch 1
+    plain = {(c["dtype"], c["batch"], c["mode"]) for c in cases
+             if c["kind"] == "decode" and c["impl"] == "fused" and not c.get("capture") and c["mode"] != "nocache"}
+    assert {(c["dtype"], c["batch"], c["mode"]) for c in comp} == plain
+    assert {c["batch"] for c in comp if c["dtype"] == "float32"} == {1, 8}
+    assert all(c["impl"] == "fused" and "+compile" in c["id"] for c in comp)
+    assert all(c.get("overhead", False) == (c["batch"] == 1 and c["dtype"] == "float32") for c in comp)
     assert [c["id"] for c in cases if c["kind"] == "accuracy"] == ["accuracy/golden@bfloat16"]
-    assert not [c for c in P.plan_cases(["small"], ["decode"], device="cuda") if c.get("capture")]
+    assert [c for c in P.plan_cases(["small"], ["decode"], device="cuda") if c.get("capture")]  # CUDA graphs
     none = P.plan_cases(["small"], ["prefill", "decode"], low_precision=False, capture=False)
     assert not [c for c in none if c.get("dtype") != "float32" or c.get("capture")]
     # a bfloat16 run has no extra low-precision rows (they would duplicate its own)

@@ -36,8 +36,9 @@ def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
     assert by_id["nocache/small"]["measured"] == pytest.approx(3.0, rel=1e-6)
     assert by_id["bfloat16/prefill/paper-110m/b8s1024"]["measured"] == pytest.approx(2.0, rel=1e-6)
     assert by_id["bfloat16/prefill/paper-110m/b8s1024"]["status"] == "missed"
-    assert by_id["compile/small/kv"]["measured"] == pytest.approx(1.25, rel=0.01)  # timed runs spread 0–4 %
-    assert by_id["compile-break-even/small/kv"]["measured"] > 0
+    assert by_id["compile/bfloat16/small/kv"]["measured"] == pytest.approx(1.25, rel=0.01)  # timed runs spread 0–4 %
+    assert by_id["compile-break-even/bfloat16/small/kv"]["measured"] > 0
+    assert by_id["compile/float32/small/kv"]["measured"] is not None
     assert by_id["bfloat16/logits-error"]["measured"] == 0.25 and by_id["bfloat16/greedy-tokens"]["status"] == "met"
     assert by_id["reference/conformance-quick"]["status"] == "met"  # fake_run: 1 run of 0.01 s
     shapes = {r["id"]: r.get("warmup_shape") for r in doc["rows"] if r["status"] == "ok" and r["kind"] == "prefill"}
@@ -147,6 +148,7 @@ def test_only_runs_the_matching_cases(monkeypatch, capsys):
     assert seen[0] == "limits/start" and seen[-1] == "limits/end"
     assert set(seen[1:-1]) == {
         "small/decode/kvg/fused/b1s128n64", "small/decode/kvg/fused/b8s128n64", "small/prefill/fused/b8s1024/last",
+        "small/decode/kvg/fused+compile/b1s128n64", "small/decode/kvg/fused+compile/b8s128n64",
         "small/decode/kvg/fused@bfloat16/b1s128n64", "small/decode/kvg/fused+compile@bfloat16/b1s128n64",
         "small/prefill/fused@bfloat16/b8s1024/last",
     }

@@ -30,7 +30,8 @@ def test_the_table_is_data():
     assert len(ids) == len(set(ids))
     assert all(t.op in (">=", "<=") and t.how and t.text for t in TARGETS)
     for needle in ("bw/small/kv", "bfloat16/prefill/paper-110m/b8s1024", "bfloat16/decode/paper-110m/kvg", "bfloat16/logits-error",
-                   "bfloat16/greedy-tokens", "compile/small/kv", "compile-break-even/small/kv", "fused/never-slower"):
+                   "bfloat16/greedy-tokens", "compile/float32/small/kv", "compile/bfloat16/small/kv",
+                   "compile-break-even/float32/small/kv", "compile-break-even/bfloat16/small/kv", "fused/never-slower"):
         assert needle in ids
 
 
@@ -41,8 +42,11 @@ def _decode(mode, batch=1, **kw):
 
 def test_targets_read_the_right_rows():
     rows = [
-        _decode("kv", step_s=0.010, decode_tokens_per_s=100.0, bandwidth_fraction=0.5, loop_overhead_fraction=0.2),
-        _decode("kv", batch=8, decode_tokens_per_s=500.0),
+        _decode("kv", step_s=0.012, decode_tokens_per_s=80.0, bandwidth_fraction=0.4, loop_overhead_fraction=0.3),  # plain
+        _decode("kv", capture="compile", step_s=0.010, decode_tokens_per_s=100.0, bandwidth_fraction=0.5,
+                loop_overhead_fraction=0.2, compile_s=0.5),
+        _decode("kv", batch=8, decode_tokens_per_s=300.0),  # plain b8: not the batch target's row
+        _decode("kv", batch=8, capture="compile", decode_tokens_per_s=500.0),
         _decode("kv", dtype="bfloat16", decode_tokens_per_s=125.0, step_s=0.008),
         _decode("kv", dtype="bfloat16", capture="compile", decode_tokens_per_s=180.0, step_s=0.006, compile_s=0.1),
         _decode("kvg", dtype="bfloat16", capture="compile", step_s=0.012, compile_s=0.1),
@@ -54,11 +58,13 @@ def test_targets_read_the_right_rows():
     assert by["bw/small/kv"].shortfall == pytest.approx(0.3)
     assert by["overhead/small/kv"].status == "missed"
     assert by["batch8/small/kv"].measured == pytest.approx(5.0) and by["batch8/small/kv"].status == "met"
-    assert by["bfloat16/decode/small/kv"].measured == pytest.approx(1.8)  # the compiled bf16 row ÷ float32
-    assert by["compile/small/kv"].measured == pytest.approx(180 / 125)
-    assert by["compile-break-even/small/kv"].measured == pytest.approx(0.1 / 0.002)
-    assert math.isinf(by["compile-break-even/small/kvg"].measured)  # the compiled step is slower: never pays off
-    assert by["compile-break-even/small/kvg"].status == "missed"
+    assert by["bfloat16/decode/small/kv"].measured == pytest.approx(1.8)  # the captured bf16 row ÷ float32 captured
+    assert by["compile/bfloat16/small/kv"].measured == pytest.approx(180 / 125)
+    assert by["compile/float32/small/kv"].measured == pytest.approx(100 / 80)
+    assert by["compile-break-even/bfloat16/small/kv"].measured == pytest.approx(0.1 / 0.002)
+    assert by["compile-break-even/float32/small/kv"].measured == pytest.approx(0.5 / 0.002)
+    assert math.isinf(by["compile-break-even/bfloat16/small/kvg"].measured)  # the compiled step is slower: never pays off
+    assert by["compile-break-even/bfloat16/small/kvg"].status == "missed"
     assert by["fused/never-slower"].measured == pytest.approx(0.9) and by["fused/never-slower"].status == "missed"
     assert by["bw/paper-110m/kv"].status == "not measured"
     assert "conformance" in by["reference/conformance-quick"].why

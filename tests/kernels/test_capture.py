@@ -148,3 +148,20 @@ def test_a_hook_keeps_generation_on_the_module_path():
         handle.remove()
     assert len(seen) == NEW  # the prompt pass and NEW − 1 steps
     assert torch.equal(got.tokens, want.tokens)
+
+
+def test_layout_follows_the_batch():
+    """With compile_decode, float32 copies on the CPU use the row layout for a batch of one
+    (one-row products: the compiled GEMV) and the column blocks for larger batches."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 26, dtype=torch.float32)
+    layer = model.decoder.dec_layers[0]
+
+    def rank() -> int:
+        return model._packed.layer(0, layer.mha1, layer.ffn, model.device, True)[0][0].ndim
+
+    one = _generate(model, BATCH[:1], "kvg", captured=True)
+    assert rank() == 2  # rows [N, K]
+    three = _generate(model, BATCH, "kvg", captured=True)
+    fields = model._packed_fields("sdpa", 0, 4, 3)
+    assert fields["weights"][0][0][0].ndim == 3  # column blocks [P, K, N/P]
+    assert torch.equal(three.tokens[:1], one.tokens)
