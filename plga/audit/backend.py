@@ -54,10 +54,13 @@ class ReferenceBackend:
     def _g(self, constant_g: Sequence[np.ndarray] | None) -> Sequence[np.ndarray] | None:
         return self.collapsed_g if constant_g is None else constant_g
 
-    def forward(self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None) -> ForwardOut:
+    def forward(
+        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False
+    ) -> ForwardOut:
+        """The reference forward (all logits; ``last_only`` keeps the last position, [B, 1, V])."""
         r = dec.forward(self.params64, self.config, np.asarray(tokens, dtype=np.int64), constant_g=self._g(constant_g))
         ded = [{k: np.asarray(d[k]) for k in DEDUCTIVE if k in d} for d in r.deductive]
-        return ForwardOut(logits=r.logits, deductive=ded)
+        return ForwardOut(logits=r.logits[:, -1:] if last_only else r.logits, deductive=ded)
 
     def generate(
         self, prompt: np.ndarray, n: int, mode: str, *, constant_g: Sequence[np.ndarray] | None = None,

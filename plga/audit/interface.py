@@ -48,7 +48,11 @@ class Backend(Protocol):
     name: str
     config: PLDRConfig
 
-    def forward(self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None) -> ForwardOut: ...
+    def forward(
+        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False
+    ) -> ForwardOut:
+        """Logits [B, S, V] (``last_only``: [B, 1, V], the last position) and the deductive tensors."""
+        ...
 
     def generate(
         self, prompt: np.ndarray, n: int, mode: str, *, constant_g: Sequence[np.ndarray] | None = None,

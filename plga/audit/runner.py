@@ -297,7 +297,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
         g_prompt = np.stack([backend.forward(prompt).deductive[li]["G_LM"][0] for li in range(L)])  # [L, H, d, d]
         eg_p, ea_p, lu = [], [], []
         for t in range(T):
-            f = backend.forward(toks[:, : len(p) + t])
+            f = backend.forward(toks[:, : len(p) + t], last_only=True)
             g_u = np.stack([f.deductive[li]["G_LM"][0] for li in range(L)])
             rel, amax = st.eps_g(g_u, g_prompt)
             eg_p.append(rel), ea_p.append(amax), lu.append(f.logits[0, -1])
@@ -347,7 +347,7 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     seq, blk, cand, clen = [], [], [], []
     for x in _bar(prompts[: sizes.o4_contexts], "block vs sequential", show=show):
         m = min(sizes.o4_cand_len, config.max_seq_len - len(x) - 1)
-        base = backend.forward(np.asarray([x])).logits[0, -1]
+        base = backend.forward(np.asarray([x]), last_only=True).logits[0, -1]
         greedy, _ = backend.generate(np.asarray([x]), m, "kv")
         runner_up = int(np.argsort(-base, kind="stable")[1])
         cands = [greedy[0, len(x):].tolist(), rng.integers(4, V, size=m).tolist(), [runner_up]]
@@ -355,7 +355,7 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
             c = len(clen)
             clen.append(len(y))
             for i in range(len(y)):
-                lp = st.log_softmax(backend.forward(np.asarray([x + y[:i]])).logits[0, -1])
+                lp = st.log_softmax(backend.forward(np.asarray([x + y[:i]]), last_only=True).logits[0, -1])
                 seq.append(lp[y[i]])
             rows = st.log_softmax(backend.forward(np.asarray([(x + y)[:-1]])).logits[0])
             blk.extend(rows[len(x) - 1 + i, y[i]] for i in range(len(y)))

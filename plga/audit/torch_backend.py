@@ -125,11 +125,15 @@ class TorchBackend:
     # -- forward and decoding ---------------------------------------------------------------
 
     @_call
-    def forward(self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None) -> ForwardOut:
-        """Logits [B, S, V] and per-layer A, A_LM, A_P, G_LM (only G_LM under a constant G)."""
-        out = self.model(self._tokens(tokens), logits="all", deductive=True, G=constant_g)
+    def forward(
+        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False
+    ) -> ForwardOut:
+        """Logits [B, S, V] (``last_only``: [B, 1, V], only the last position projected) and per-layer
+        A, A_LM, A_P, G_LM (only G_LM under a constant G)."""
+        out = self.model(self._tokens(tokens), logits="last" if last_only else "all", deductive=True, G=constant_g)
         ded = [{k: _np(d[k]) for k in DEDUCTIVE if k in d} for d in out.deductive or []]
-        return ForwardOut(logits=_np(out.logits), deductive=ded)
+        logits = out.logits[:, None] if last_only else out.logits
+        return ForwardOut(logits=_np(logits), deductive=ded)
 
     @_call
     def generate(

@@ -26,7 +26,9 @@ PREFILL_SEQS = (128, 512, 1024)
 DECODE_PROMPT, DECODE_NEW = 128, 64
 DECODE_MODES = ("nocache", "kv", "kvg", "collapsed")
 CACHED_MODES = ("kv", "kvg", "collapsed")
-CASE_KINDS = ("prefill", "decode", "reference", "conformance")
+CASE_KINDS = ("prefill", "decode", "reference", "conformance", "audit")
+#: The timed command cases: id → what it runs (the runner builds the command line).
+COMMANDS = ("conformance/quick", "audit/torch", "audit/reference")
 #: The low-precision dtype whose fused rows every CPU run adds beside the float32 ones.
 LOW_DTYPE = "bfloat16"
 QUICK = {"configs": ("tiny", "small"), "batches": (1, 8), "seqs": (32, 64), "prompt": 32, "new": 8, "runs": 2}
@@ -50,7 +52,7 @@ def case_id(spec: dict[str, Any]) -> str:
     if spec["kind"] == "limits":
         return f"limits/{spec.get('when', 'start')}"
     if spec["kind"] == "command":
-        return "conformance/quick"
+        return spec.get("name", "conformance/quick")
     if spec["kind"] == "accuracy":
         return f"accuracy/golden@{spec['dtype']}"
     impl = spec["impl"] + ("+" + spec["capture"] if spec.get("capture") else "")
@@ -123,7 +125,10 @@ def plan_cases(
     if low and kinds & {"prefill", "decode"}:
         cases.append({**base, "kind": "accuracy", "dtype": low, "runs": 1, "warmup": 0})
     if "conformance" in kinds:
-        cases.append({**base, "kind": "command", "runs": 1, "warmup": 0})
+        cases.append({**base, "kind": "command", "name": "conformance/quick", "runs": 1, "warmup": 0})
+    if "audit" in kinds:  # the whole audit of the built-in model on each backend (float64, the CPU)
+        for backend in ("torch", "reference"):
+            cases.append({**base, "kind": "command", "name": f"audit/{backend}", "runs": 3 if not quick else 1, "warmup": 0})
     cases.append({**base, "kind": "limits", "when": "end"})
     for c in cases:
         c["id"] = case_id(c)
@@ -198,6 +203,6 @@ def skip_reason(spec: dict[str, Any], limits: dict[str, Any], reference_budget_s
 
 
 __all__ = [
-    "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
+    "CACHED_MODES", "CASE_KINDS", "COMMANDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
     "config_of", "estimate_reference_seconds", "estimate_seconds", "plan_cases", "skip_reason",
 ]

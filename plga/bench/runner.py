@@ -39,9 +39,10 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """Add the ``plga bench`` options to ``parser`` (a subparser of the ``plga`` command)."""
     parser.add_argument("--config", default=None, help="comma-separated presets (default small,paper-110m; quick: tiny,small)")
     parser.add_argument(
-        "--cases", default="prefill,decode,reference,conformance",
+        "--cases", default="prefill,decode,reference,conformance,audit",
         help="comma-separated case kinds: prefill, decode, reference (the float64 rows), conformance "
-        "(times the conformance quick profile once) (default: all four)",
+        "(times the conformance quick profile once), audit (times plga audit of the built-in model on "
+        "the torch and the reference backend) (default: all five)",
     )
     parser.add_argument("--runs", type=int, default=MIN_RUNS, help=f"timed runs per case after warm-up (default {MIN_RUNS}; fewer is labelled)")
     parser.add_argument("--warmup", type=int, default=1, help="untimed warm-up runs per case (default 1)")
@@ -116,6 +117,12 @@ def _conformance_argv(cmd: str | None) -> list[str]:
     return [sys.executable, "-m", "plga.conformance", "--profile", "quick"]
 
 
+def _audit_argv(backend: str, out: str) -> list[str]:
+    """``plga audit`` of the built-in model on ``backend`` (float64, the CPU), writing to ``out``."""
+    script = "import sys; from plga.cli import main; sys.exit(main(sys.argv[1:]))"
+    return [sys.executable, "-c", script, "audit", "--backend", backend, "--out", out, "--no-progress", "--no-plots"]
+
+
 def _loadavg() -> list[float] | None:
     try:
         return [round(x, 2) for x in os.getloadavg()]
@@ -149,17 +156,19 @@ def bench_main(args: argparse.Namespace) -> int:
     if args.only:
         wanted = _csv(args.only)
         cases = [c for c in cases if c["kind"] == "limits" or any(w in c["id"] for w in wanted)]
-    argv = _conformance_argv(args.conformance_cmd) if "conformance" in kinds else None
+    argv = {"conformance/quick": _conformance_argv(args.conformance_cmd) if "conformance" in kinds else None}
     import signal
     import threading
 
     if threading.current_thread() is threading.main_thread():  # SIGTERM still cleans up the weights
         signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     weights_dir = tempfile.mkdtemp(prefix="plga-bench-weights-")
+    for backend in ("torch", "reference"):
+        argv[f"audit/{backend}"] = _audit_argv(backend, os.path.join(weights_dir, f"audit-{backend}"))
     for c in cases:
         c["weights_cache"] = weights_dir
         if c["kind"] == "command":
-            c["argv"] = argv
+            c["argv"] = argv[c.get("name", "conformance/quick")]
     try:
         return _run_and_report(args, cases, configs, kinds, runs, t0)
     finally:

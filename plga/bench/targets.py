@@ -28,6 +28,7 @@ class Target:
     unit: str  # "" (a fraction, shown as %, when threshold ≤ 1), "×", "s", "tokens"
     how: str  # how the measured value is obtained
     measure: Measure
+    measured_by_command: str = ""  # the --cases kind whose command case it reads ("" : none)
 
 
 @dataclasses.dataclass
@@ -115,9 +116,19 @@ def compile_break_even(cfg: str, mode: str, dtype: str) -> Measure:
     return measure
 
 
-def command_seconds(rows: list[Row]) -> float | None:
-    r = next((r for r in rows if r.ok and r.kind == "command"), None)
-    return None if r is None else r.median_s
+def command_seconds(name: str = "conformance/quick") -> Measure:
+    """The median wall time of the command case ``name``."""
+    def measure(rows: list[Row]) -> float | None:
+        r = next((r for r in rows if r.ok and r.kind == "command" and r.id == name), None)
+        return None if r is None else r.median_s
+
+    return measure
+
+
+def audit_speed(rows: list[Row]) -> float | None:
+    """The reference audit's median time ÷ the torch audit's (built-in model, one run)."""
+    torch_s, ref_s = command_seconds("audit/torch")(rows), command_seconds("audit/reference")(rows)
+    return None if not torch_s or not ref_s else ref_s / torch_s
 
 
 def accuracy(name: str) -> Measure:
@@ -196,7 +207,9 @@ def _targets() -> tuple[Target, ...]:
                 out.append(Target(f"compile-break-even/{dt}/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {dt}: tokens until compiling pays off",
                                   "<=", 64.0, "tokens", "cold compile time ÷ (plain step − captured step)", compile_break_even(cfg, mode, dt)))
     out.append(Target("reference/conformance-quick", "conformance quick profile wall time", "<=", 120.0, "s",
-                      "one timed run of the command", command_seconds))
+                      "one timed run of the command", command_seconds(), "conformance"))
+    out.append(Target("audit/torch-vs-reference", "plga audit of the built-in model: torch backend speed ÷ reference", ">=", 1.0,
+                      "×", "reference audit median ÷ torch audit median (float64, the CPU, one run)", audit_speed, "audit"))
     return tuple(out)
 
 
@@ -207,7 +220,9 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS) -> 
     """Every target judged on the rows of one run."""
     out = []
     for t in targets:
-        why = "not run: add 'conformance' to --cases" if t.measure is command_seconds and command_seconds(rows) is None else ""
+        why = ""
+        if t.measured_by_command and t.measure(rows) is None:
+            why = f"not run: add '{t.measured_by_command}' to --cases"
         out.append(judge(t, t.measure(rows), why))
     return out
 

@@ -191,3 +191,14 @@ def test_backends_do_not_import_each_other():
     tree = ast.parse(Path(tbm.__file__).read_text())
     imported = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     assert "backend" not in imported and "interface" in imported
+
+
+def test_last_only_forward_is_the_last_row(pair):
+    """``forward(last_only=True)`` on both backends: the last row of the full logits (to the
+    float64 tolerance), shape [B, 1, V], the same deductive tensors."""
+    tokens = np.array([[5, 9, 17, 3, 0, 0], [7, 8, 9, 10, 11, 12]])
+    for backend in pair:
+        full, last = backend.forward(tokens), backend.forward(tokens, last_only=True)
+        assert last.logits.shape == (2, 1, full.logits.shape[-1])
+        np.testing.assert_allclose(last.logits[:, 0], full.logits[:, -1], rtol=1e-12, atol=1e-12)
+        np.testing.assert_array_equal(last.deductive[0]["G_LM"], full.deductive[0]["G_LM"])

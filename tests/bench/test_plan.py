@@ -14,7 +14,7 @@ from .helpers import LIMITS, parse
 def test_defaults_follow_the_issue():
     a = parse([])
     assert (a.runs, a.threads, a.device, a.dtype, a.warmup) == (5, 2, "cpu", "float32", 1)
-    assert a.cases == "prefill,decode,reference,conformance"
+    assert a.cases == "prefill,decode,reference,conformance,audit"
     assert not (a.no_low_precision or a.no_capture or a.no_progress)
 
 

@@ -41,6 +41,7 @@ def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
     assert by_id["compile/float32/small/kv"]["measured"] is not None
     assert by_id["bfloat16/logits-error"]["measured"] == 0.25 and by_id["bfloat16/greedy-tokens"]["status"] == "met"
     assert by_id["reference/conformance-quick"]["status"] == "met"  # fake_run: 1 run of 0.01 s
+    assert by_id["audit/torch-vs-reference"]["measured"] == pytest.approx(1.25)
     shapes = {r["id"]: r.get("warmup_shape") for r in doc["rows"] if r["status"] == "ok" and r["kind"] == "prefill"}
     assert shapes["paper-110m/prefill/eager/b8s1024/all"] == "reduced"  # est. > LONG_RUN_S at 100 GFLOP/s peak
     assert shapes["small/prefill/fused/b1s128/last"] == "full"
