@@ -23,6 +23,7 @@ import contextlib
 import gc
 import hashlib
 import json
+import math
 import os
 import resource
 import subprocess
@@ -99,18 +100,32 @@ def _sync(device: str) -> Callable[[], None]:
     return lambda: None
 
 
-def _time(fn: Callable[[], Any], runs: int, warmup: int, device: str) -> tuple[list[float], Any]:
+#: A timed run repeats a fast workload until it lasts this long and reports the time per call
+#: (a sub-millisecond forward timed once is mostly timer and scheduler noise).
+MIN_RUN_S = 0.05
+
+
+def _time(fn: Callable[[], Any], runs: int, warmup: int, device: str, min_run_s: float = MIN_RUN_S) -> tuple[list[float], Any]:
+    """Per-call seconds of ``runs`` timed runs after ``warmup`` calls; each run repeats ``fn``
+    enough times to last ``min_run_s`` (measured on one call; 0: one call per run)."""
     sync = _sync(device)
     out = None
     for _ in range(warmup):
         out = fn()
     sync()
-    times = []
-    for _ in range(runs):
+    reps = 1
+    if min_run_s > 0 and runs:
         t0 = time.perf_counter()
         out = fn()
         sync()
-        times.append(time.perf_counter() - t0)
+        reps = max(1, min(1000, math.ceil(min_run_s / max(time.perf_counter() - t0, 1e-9))))
+    times = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            out = fn()
+        sync()
+        times.append((time.perf_counter() - t0) / reps)
     return times, out
 
 
@@ -417,7 +432,7 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
     if spec.get("capture") and warmup:
         # the first call compiles (a fresh Inductor cache: a cold compile); compile time =
         # first call − second call of the same workload
-        (first, again), _ = _time(warm["fn"], 2, 0, device)
+        (first, again), _ = _time(warm["fn"], 2, 0, device, min_run_s=0)
         out["compile_s"] = max(0.0, first - again)
         warmup -= 1
     if warm is not work and warmup:
