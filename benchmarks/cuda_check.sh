@@ -33,6 +33,10 @@ step "CUDA tests"
 step "conformance on cuda (quick profile)"
 PLGA_DEVICE="$dev" "$py" -m plga.conformance --profile quick 2>&1 | tee "$out/conformance_cuda.log" | tail -25 || status=1
 
+step "conformance on cuda, captured decoding steps (CUDA graphs; generation checks)"
+PLGA_DEVICE="$dev" "$py" -m plga.conformance --profile quick --impl kernels-captured --group cache 2>&1 \
+  | tee "$out/conformance_cuda_captured.log" | tail -15 || status=1
+
 step "CLI on cuda (golden checkpoint: torch on cuda against the float64 reference)"
 ck="${PLGA_SHARED_DATA:-tests/data}/golden/small_seed0.pth"
 if [ -f "$ck" ]; then

@@ -206,3 +206,22 @@ def test_low_precision_model_within_policy(cuda_device):
     for i, ded in enumerate(out.deductive):
         assert ded["G_LM"].dtype == torch.float32  # the chain never runs in bf16
         assert_within_policy(ded["G_LM"], want.deductive[i]["G_LM"], base["G_LM"][i], k=K_CHAIN, name=f"G_LM{i}")
+
+
+@pytest.mark.parametrize("mode", ["kv", "kvg"])
+def test_captured_generation_on_device(cuda_device, mode):
+    """Captured steps on CUDA (a CUDA graph per step shape): the reference's tokens and logits in
+    float64, the uncaptured steps' tokens in float32, batch 3 with left padding."""
+    config = PLDRConfig.from_name("tiny")
+    params = random_params(config, 9)
+    tokens = _padded_tokens(config.input_vocab_size)
+    want = R.generate(R.to_backend(params), config, tokens, 6, mode)
+    for dtype in (torch.float64, torch.float32):
+        model = PLDRModel.from_reference(params, config, dtype=dtype, device=cuda_device)
+        plain = model.generate(torch.as_tensor(tokens, device=cuda_device), 6, mode, return_step_logits=True)
+        model.compile_decode = True
+        got = model.generate(torch.as_tensor(tokens, device=cuda_device), 6, mode, return_step_logits=True)
+        assert torch.equal(got.tokens.cpu(), plain.tokens.cpu())
+        if dtype == torch.float64:
+            np.testing.assert_array_equal(got.tokens.cpu().numpy(), want.tokens)
+            assert_rel_close(got.step_logits, want.step_logits, name=mode)
