@@ -793,6 +793,7 @@ class PLDRModel(nn.Module):
                     nxt = choose(logits, greedy)
                     out_tokens[:, s + n] = nxt
                     if n + 1 < max_new_tokens and captured_steps is not None:
+                        assert fields is not None
                         logits, greedy = self._captured_step(
                             nxt.reshape(b, 1).contiguous(), cache, mode, operators, fields, captured_steps
                         )
