@@ -132,8 +132,10 @@ def test_from_reference_loads_exactly_without_random_init(dtype):
         assert torch.equal(again(PROMPT).logits, model(PROMPT).logits)  # real RoPE tables, not meta
 
 
-def test_generate_steps_still_report_non_finite_hidden_states():
-    """generate's own steps check the last layer's hidden state (non-finite rows propagate)."""
+@pytest.mark.parametrize("captured", [False, True])
+def test_generate_steps_still_report_non_finite_hidden_states(captured):
+    """generate's own steps check the last layer's hidden state (non-finite rows propagate),
+    captured (``compile_decode``: the flag is computed in the graph) or not."""
     from plga.errors import NonFiniteError
 
     _, model = model_pair(PLDRConfig.from_name("tiny"), 16, dtype=torch.float32)
@@ -141,6 +143,7 @@ def test_generate_steps_still_report_non_finite_hidden_states():
     greedy = model.generate(prompt, 1, "kvg").tokens[0, -1]
     with torch.no_grad():
         model.decoder.embedding.weight[greedy].fill_(3e38)  # overflows only when generated
+    model.compile_decode = captured
     with pytest.raises(NonFiniteError, match=r"layer \d+: the hidden state is not finite"):
         model.generate(prompt, 3, "kvg")
 
