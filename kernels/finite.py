@@ -26,7 +26,10 @@ class FiniteGuard:
     def add(self, layer: int, name: str, t: Tensor | None) -> None:
         if t is None or t.ndim < 3 or (not self.deductive and name in DEDUCTIVE):
             return
-        flags = ~torch.isfinite(t.detach()).reshape(t.shape[0], t.shape[1], -1).all(-1)  # [B, H] or [B, S]
+        self.add_flags(layer, name, ~torch.isfinite(t.detach()).reshape(t.shape[0], t.shape[1], -1).all(-1))
+
+    def add_flags(self, layer: int, name: str, flags: Tensor) -> None:
+        """Flags already computed (True = not finite) [B, H] or [B, S], e.g. inside a captured step."""
         self.entries.append((layer, name, flags))
 
     def check(self) -> None:

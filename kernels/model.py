@@ -655,7 +655,7 @@ class PLDRModel(nn.Module):
         cache.length += 1
         if self.check_finite and bool(any_bad):  # one sync; the message names the positions
             guard = FiniteGuard(deductive=False)
-            guard.entries.append((self.config.num_layers - 1, "the hidden state", bad))
+            guard.add_flags(self.config.num_layers - 1, "the hidden state", bad)
             guard.check()
         if self.device.type == "cuda":  # a CUDA graph overwrites its outputs on the next replay
             return logits.clone(), greedy.clone()
@@ -670,10 +670,10 @@ class PLDRModel(nn.Module):
         and whether any is set []."""
         unwritten = torch.arange(cache.capacity, device=position.device) > position  # [C]
         key_padding = unwritten.expand(tokens.shape[0], -1) if cache.key_padding is None else cache.key_padding | unwritten
-        rope = None if fields["rope"] is None else tuple(t.index_select(0, position) for t in fields["rope"])
         p = _Pass(
             start=0, operators=operators, mode=mode, cache=cache, key_padding=key_padding, backend="sdpa",
-            rope=rope, weights=fields.get("weights"), final=fields.get("final"), position=position,
+            rope=tuple(t.index_select(0, position) for t in fields["rope"]),  # this position's rotation
+            weights=fields["weights"], final=fields["final"], position=position,
         )
         logits, h, _ = self._run(tokens, p, "last")
         assert logits is not None

@@ -106,9 +106,10 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     the output. Rows: ``F.linear``, or for one row with ``compiled`` the compiled :func:`rows_gemv`.
     """
     if w.ndim == 2:
-        if (compiled and x.shape[0] == 1) or (torch.compiler.is_compiling() and x.shape[0] <= PACKED_SMALL_M):
-            # inside a captured step the step's own compilation fuses it
-            out = _gemv(x, w, b) if torch.compiler.is_compiling() else rows_gemv(x.reshape(-1)[None], w, b)  # strides (K, 1): one compilation
+        if torch.compiler.is_compiling() and x.shape[0] <= PACKED_SMALL_M:  # in a captured step: fused into it
+            out = _gemv(x, w, b)
+        elif compiled and x.shape[0] == 1:
+            out = rows_gemv(x.reshape(-1)[None], w, b)  # strides (K, 1): one compilation per weight shape
         else:
             out = F.linear(x, w, b)
         return out if out.shape[1] == n else out[:, :n]

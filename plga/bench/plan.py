@@ -27,8 +27,6 @@ DECODE_PROMPT, DECODE_NEW = 128, 64
 DECODE_MODES = ("nocache", "kv", "kvg", "collapsed")
 CACHED_MODES = ("kv", "kvg", "collapsed")
 CASE_KINDS = ("prefill", "decode", "reference", "conformance", "audit")
-#: The timed command cases: id → what it runs (the runner builds the command line).
-COMMANDS = ("conformance/quick", "audit/torch", "audit/reference")
 #: The low-precision dtype whose fused rows every CPU run adds beside the float32 ones.
 LOW_DTYPE = "bfloat16"
 QUICK = {"configs": ("tiny", "small"), "batches": (1, 8), "seqs": (32, 64), "prompt": 32, "new": 8, "runs": 2}
@@ -203,6 +201,6 @@ def skip_reason(spec: dict[str, Any], limits: dict[str, Any], reference_budget_s
 
 
 __all__ = [
-    "CACHED_MODES", "CASE_KINDS", "COMMANDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
+    "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
     "config_of", "estimate_reference_seconds", "estimate_seconds", "plan_cases", "skip_reason",
 ]
