@@ -10,7 +10,8 @@ Precision policy of the operator chain: the density operator ``QᵀQ``, the metr
 the power stage and ``G_LM`` are always evaluated in float32 or wider. Activations in
 bfloat16 / float16 are **upcast** to float32 for the chain (``A_LM``'s 1e-9 floor underflows
 in float16, and ``A_LM^P`` amplifies rounding by orders of magnitude); the attention itself
-runs in the activation dtype with ``q' = q G`` formed in the wider dtype and rounded once.
+runs in the activation dtype with ``q' = q G`` formed in the wider dtype and rounded once
+(bfloat16 prefill on the CPU keeps ``q'`` and the scores in float32: :func:`blocked_attention`).
 
 Nothing here queries CUDA at import.
 """
@@ -30,6 +31,16 @@ from ..errors import InputError, InputTypeError
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
+
+#: bfloat16 attention on the CPU with at least this many queries and B·H·S·T score entries, no
+#: key padding and no autograd runs as :func:`blocked_attention`: torch's CPU flash kernel runs
+#: bfloat16 at its float32 rate on CPUs without AMX tiles (bench machine, paper-110m b8 s1024:
+#: 130 → 102 ms per layer); below these sizes the flash kernel's lower fixed cost wins.
+BLOCKED_MIN_QUERIES = 64
+BLOCKED_MIN_SCORES = 2**16
+#: Query rows per block of :func:`blocked_attention`, and its float32 score workspace (entries).
+BLOCKED_QUERY_ROWS = 128
+BLOCKED_WORKSPACE = 2**20
 
 
 def chain_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -221,6 +232,11 @@ def plga_attention(
     CUDA use their fused flash / memory-efficient kernels (memory O(S) when no explicit mask
     is needed: no padding, and ``causal`` with S == T).
 
+    bfloat16 on the CPU with G ≠ I, without key padding or autograd, from
+    :data:`BLOCKED_MIN_QUERIES` queries and :data:`BLOCKED_MIN_SCORES` scores, runs
+    :func:`blocked_attention` instead (``q'`` and the scores stay float32; faster than the
+    flash kernel there). At G = I the result is torch SDPA's, bit for bit.
+
     Causal with S < T: the queries are the last S positions (query i sees keys
     j ≤ T − S + i). S > T with ``causal`` is an error.
 
@@ -247,6 +263,8 @@ def plga_attention(
     _check_qkv(q, k, v, G, key_padding_mask, scale, validate)
     s, t = q.shape[2], k.shape[2]
     scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    if _takes_blocked_path(q, k, v, G, causal, key_padding_mask):
+        return blocked_attention(apply_g(q.to(torch.float32), G), k, v, causal=causal, scale=scale)
     qg = apply_g(q, G)  # [B, H, S, d]
     if key_padding_mask is None and causal and s <= t:  # every row has a key: no mask tensor, flash-eligible
         if s == t:
@@ -259,6 +277,57 @@ def plga_attention(
         return F.scaled_dot_product_attention(qg, k, v, scale=scale)
     mask = finite_additive_mask(allowed, q.dtype) if finite_mask else allowed
     return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+
+
+def _takes_blocked_path(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, causal: bool, key_padding_mask: Tensor | None) -> bool:
+    """Whether :func:`plga_attention` runs :func:`blocked_attention` (see :data:`BLOCKED_MIN_SCORES`).
+
+    Never at G = I (None or the identity): there PLGA *is* SDPA (Lean
+    ``plga_attention_sdpa_special_case``, paper Thm. 5.4(i)), and the flash kernel keeps that
+    equality bit for bit."""
+    b, h, s, _ = q.shape
+    t = k.shape[2]
+    grads = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, G))
+    eligible = (
+        q.device.type == "cpu" and q.dtype == torch.bfloat16 and key_padding_mask is None and not grads
+        and (not causal or s <= t) and s >= BLOCKED_MIN_QUERIES and b * h * s * t >= BLOCKED_MIN_SCORES
+    )
+    return eligible and G is not None and not bool((G == torch.eye(G.shape[-1], dtype=G.dtype)).all())
+
+
+def blocked_attention(qg: Tensor, k: Tensor, v: Tensor, *, causal: bool, scale: float) -> Tensor:
+    """softmax(q' kᵀ · scale + causal mask) v for bfloat16 k, v on the CPU, by blocks of queries.
+
+    q' = q G [B, H, S, d] comes in float32 (formed in float32, never rounded); the scores of a
+    block are one float32 batched product with k widened once, so they are as exact as the
+    flash kernel's; the softmax runs in float32 and its probabilities are rounded once to
+    bfloat16 for the value product, whose bf16 GEMM (AVX512-BF16 dot products) accumulates in
+    float32. Causal is bottom-right aligned (query i of S sees keys j ≤ T − S + i; every row
+    has a key, so the published −1e9 mask and exclusion agree); a block computes only the keys
+    its last query sees. Workspace: at most :data:`BLOCKED_WORKSPACE` float32 scores.
+    k [B, H, T, d], v [B, H, T, dv] → [B, H, S, dv] in v's dtype.
+    """
+    b, h, s, d = qg.shape
+    t, dv = k.shape[2], v.shape[-1]
+    q3 = qg.reshape(b * h, s, d)  # [BH, S, d] float32
+    kt = k.reshape(b * h, t, d).to(qg.dtype).transpose(1, 2)  # [BH, d, T] float32
+    v3 = v.reshape(b * h, t, dv)  # [BH, T, dv]
+    out = v.new_empty(b * h, s, dv)  # [BH, S, dv]
+    rows = min(s, BLOCKED_QUERY_ROWS)
+    heads = max(1, min(b * h, BLOCKED_WORKSPACE // (rows * t)))
+    later = torch.ones(rows, rows, dtype=torch.bool, device=qg.device).triu(1)  # [rows, rows] key after query
+    unused = qg.new_empty(())
+    for i in range(0, b * h, heads):
+        hs = slice(i, i + heads)
+        for j in range(0, s, rows):
+            e = min(j + rows, s)
+            end = t - s + e if causal else t  # keys the block's last query sees
+            scores = torch.baddbmm(unused, q3[hs, j:e], kt[hs, :, :end], beta=0, alpha=scale)  # [heads, e − j, end]
+            if causal:  # the block's own diagonal: keys T − S + j … end − 1
+                scores[:, :, end - (e - j) :].masked_fill_(later[: e - j, : e - j], float("-inf"))
+            weights = torch.softmax(scores, dim=-1).to(v.dtype)  # [heads, e − j, end]
+            torch.bmm(weights, v3[hs, :end], out=out[hs, j:e])
+    return out.view(b, h, s, dv)
 
 
 def plga_scores(q: Tensor, k: Tensor, G: Tensor | None = None, *, scale: float | None = None) -> Tensor:
@@ -451,8 +520,8 @@ def dag_loss(X: Tensor) -> Tensor:
 
 
 __all__ = [
-    "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_rope", "attention_support",
-    "chain_dtype",
+    "BLOCKED_MIN_QUERIES", "BLOCKED_MIN_SCORES", "BLOCKED_QUERY_ROWS", "BLOCKED_WORKSPACE", "EPSILON_ADJ",
+    "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_rope", "attention_support", "blocked_attention", "chain_dtype",
     "dag_loss", "density_operator", "finite_additive_mask", "iswiglu", "layer_weights_of", "metric_learner",
     "operator_chain", "plga_attention", "plga_attention_eager", "plga_scores", "power_stage", "rope_tables",
     "swiglu",

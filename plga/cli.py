@@ -17,6 +17,7 @@ from typing import Any, NoReturn
 import numpy as np
 
 from . import __version__
+from .allocator import keep_freed_blocks
 from .errors import PlgaError, UsageError
 from .inputs import load_operators, load_tokens
 
@@ -304,7 +305,9 @@ def run_command(name: str, func: Callable[[argparse.Namespace], int], args: argp
     ``python -m plga.conformance``, ``python -m plga.proofs_bridge``): a
     :class:`~plga.errors.PlgaError` (the user's input) is one line on stderr and exit 2
     (``PLGA_DEBUG=1`` shows its traceback); an interrupt is exit 130; anything else is a bug
-    of ours and propagates with its traceback (exit 1)."""
+    of ours and propagates with its traceback (exit 1). Large freed CPU blocks are kept for
+    reuse (:func:`plga.allocator.keep_freed_blocks`)."""
+    keep_freed_blocks()
     try:
         return int(func(args))
     except KeyboardInterrupt:

@@ -33,6 +33,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from ..allocator import keep_freed_blocks
 from .protocol import MARKER
 
 #: Profiler op names counted as the model's arithmetic; everything else in a decoding step
@@ -464,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", required=True, help="the case as a JSON object")
     args = parser.parse_args(argv)
     spec = json.loads(args.json)
+    keep_freed_blocks()  # as the plga console script does
     try:
         result = run_case(spec)
         result["status"] = "ok"

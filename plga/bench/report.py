@@ -184,7 +184,9 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
     parts = [
         f"plga bench  {doc['created']}  device {s['device']}  dtype {s['dtype']}  threads {s['threads']}  runs {s['runs']}"
         f"{'  (QUICK: fewer than 5 runs, reduced shapes)' if s.get('quick') else ''}",
-        f"load average at start {la['start']}, at end {la['end']}; wall {doc.get('wall_s', 0):.0f} s",
+        f"load average at start {la['start']}, at end {la['end']}; wall {doc.get('wall_s', 0):.0f} s"
+        + {True: "; large freed blocks kept (glibc)", False: "; system allocator (large blocks unmapped on free)"}.get(
+            doc["host"].get("freed_blocks_kept"), ""),
         "",
         f"targets: {counts['met']} met, {counts['missed']} missed, {counts['not measured']} not measured",
         format_targets(verdicts),

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ..allocator import freed_blocks_kept
 from ..errors import UsageError
 from ..progress import bar
 from .plan import LONG_RUN_S, MIN_RUNS, QUICK, config_of, estimate_seconds, plan_cases, skip_reason
@@ -93,6 +94,7 @@ def host_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
         "cpu_count": os.cpu_count(), "numpy": np.__version__,
+        "freed_blocks_kept": freed_blocks_kept(),  # the cases call keep_freed_blocks() too, with this environment
     }
     try:
         import torch

@@ -56,7 +56,7 @@ CAPABILITIES: dict[str, str] = {
     "causal": "the causal (look-ahead) mask of attention",
     "key_padding_mask": "key padding masks in attention",
     "finite_mask": "the published finite additive mask (finite_mask=True: −1e9 added to masked scores)",
-    "sdpa_bitwise": "attention is SDPA on Q' = Q G, so at G = I it equals torch SDPA bit for bit",
+    "sdpa_bitwise": "at G = I (the identity or None) attention is torch SDPA, bit for bit",
     "backward": "autograd through attention (q, k, v, G)",
     "operator_chain": "the operator chain from rotated queries to (A, A_LM, A_P, G_LM)",
     "forward": "the full decoder forward from a state dict",

@@ -206,7 +206,9 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: G batched, scale): one length 1, small odd sizes, key tails past 64/128-wide key blocks,
 #: head dims 48/80/96/128, value widths ≠ d with tails past 16/32/64/128-wide tiles (193),
 #: head counts 5/7/13/33 past head chunks of 4/8/16/32, the paper's 14 heads of 64, query
-#: tails past 128-row blocks (131), batch 5, batched G, every scale region.
+#: tails past 128-row blocks (131), batch 5, batched G, every scale region; last, the paper's
+#: heads at a prefill length (160 queries: two 128-row blocks, the size where bfloat16 kernels
+#: on the CPU leave the flash kernel for query blocks).
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -219,6 +221,7 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (1, 3, 9, 5, 6, 7, "random", False, 2.0),
     (5, 33, 2, 70, 4, 193, "random", True, None),
     (1, 1, 131, 131, 32, 32, "sentinel", False, 0.5),
+    (1, 14, 160, 160, 64, 64, "trained", False, None),
 )
 
 
