@@ -33,9 +33,10 @@ from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_supp
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
 #: bfloat16 attention on the CPU with at least this many queries and B·H·S·T score entries, no
-#: key padding and no autograd runs as :func:`blocked_attention`: torch's CPU flash kernel runs
-#: bfloat16 at its float32 rate on CPUs without AMX tiles (bench machine, paper-110m b8 s1024:
-#: 130 → 102 ms per layer); below these sizes the flash kernel's lower fixed cost wins.
+#: key padding and no autograd runs as :func:`blocked_attention`: torch's CPU flash kernel ran
+#: bfloat16 at its float32 rate on the bench machine, which has AVX512-BF16 but no AMX tiles
+#: (paper-110m b8 s1024, q G included: 140 → 104 ms per layer); below these sizes the flash
+#: kernel's lower fixed cost wins.
 BLOCKED_MIN_QUERIES = 64
 BLOCKED_MIN_SCORES = 2**16
 #: Query rows per block of :func:`blocked_attention`, and its float32 score workspace (entries).
@@ -304,7 +305,8 @@ def blocked_attention(qg: Tensor, k: Tensor, v: Tensor, *, causal: bool, scale: 
     bfloat16 for the value product, whose bf16 GEMM (AVX512-BF16 dot products) accumulates in
     float32. Causal is bottom-right aligned (query i of S sees keys j ≤ T − S + i; every row
     has a key, so the published −1e9 mask and exclusion agree); a block computes only the keys
-    its last query sees. Workspace: at most :data:`BLOCKED_WORKSPACE` float32 scores.
+    its last query sees. Workspace: :data:`BLOCKED_WORKSPACE` float32 scores (or one head's
+    block, if that alone is larger).
     k [B, H, T, d], v [B, H, T, dv] → [B, H, S, dv] in v's dtype.
     """
     b, h, s, d = qg.shape
