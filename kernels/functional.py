@@ -286,14 +286,16 @@ def _takes_blocked_path(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, causa
     Never at G = I (None or the identity): there PLGA *is* SDPA (Lean
     ``plga_attention_sdpa_special_case``, paper Thm. 5.4(i)), and the flash kernel keeps that
     equality bit for bit."""
+    if not (isinstance(G, Tensor) and G.device == q.device and G.ndim in (3, 4)):  # None: SDPA; else apply_g's error
+        return False
     b, h, s, _ = q.shape
     t = k.shape[2]
-    grads = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (q, k, v, G))
+    grads = torch.is_grad_enabled() and any(x.requires_grad for x in (q, k, v, G))
     eligible = (
         q.device.type == "cpu" and q.dtype == torch.bfloat16 and key_padding_mask is None and not grads
         and (not causal or s <= t) and s >= BLOCKED_MIN_QUERIES and b * h * s * t >= BLOCKED_MIN_SCORES
     )
-    return eligible and G is not None and not bool((G == torch.eye(G.shape[-1], dtype=G.dtype)).all())
+    return eligible and not bool((G == torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)).all())
 
 
 def blocked_attention(qg: Tensor, k: Tensor, v: Tensor, *, causal: bool, scale: float) -> Tensor:

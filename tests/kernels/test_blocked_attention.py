@@ -1,7 +1,8 @@
 """The CPU's blocked bfloat16 attention (:func:`plga.kernels.functional.blocked_attention`):
 taken exactly where :func:`plga_attention` says, within the tolerance policy of the float64
-reference at every block boundary (one block, tails, several head chunks, S < T, no G), in a
-whole bfloat16 decoder, and its negative controls are caught."""
+reference at every block boundary (one block, tails, several head chunks, S < T, not causal),
+in a whole bfloat16 decoder, and its negative controls are caught; input errors keep their
+one-line messages."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 
+from plga.errors import InputError, InputTypeError
 from plga.kernels import PLDRModel, plga_attention
 from plga.kernels import functional as KF
 from plga.reference import decoder as ref_decoder
@@ -116,6 +118,15 @@ def test_flash_kernel_elsewhere(change, blocked_calls):
         G = torch.eye(16, dtype=G.dtype).expand(h, 16, 16)
     plga_attention(q, k, v, G, causal=True, key_padding_mask=pad, finite_mask=True)
     assert len(blocked_calls) == 1
+
+
+@pytest.mark.parametrize("bad", ["list", "scalar", "float64 on another shape"])
+def test_a_bad_G_gets_the_input_error(bad, blocked_calls):
+    q, k, v, G = _bf16_inputs(2, 2, 8, 64, 64, 16, 16, "heads")
+    G = {"list": G.tolist(), "scalar": G[0, 0, 0], "float64 on another shape": G.double()[:, :8, :8]}[bad]
+    with pytest.raises(InputTypeError if bad == "list" else InputError):
+        plga_attention(q, k, v, G, causal=True)
+    assert not blocked_calls
 
 
 def test_bfloat16_decoder_with_blocked_attention_within_policy(blocked_calls, monkeypatch):
