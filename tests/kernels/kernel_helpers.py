@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from plga.kernels import PLDRModel
+from plga.reference import spec
 from plga.reference.config import PLDRConfig
 
 #: Small, deadline-free settings: the machine is shared (≤ 25 examples).
@@ -59,3 +60,23 @@ def token_batches(draw, vocab: int, max_len: int = 13, max_batch: int = 3) -> np
 def model_pair(config: PLDRConfig, seed: int, dtype=torch.float64):
     params = random_params(config, seed)
     return params, PLDRModel.from_reference(params, config, dtype=dtype)
+
+
+def attention_support_np(s, t, causal, pad):
+    """Reference support [B, 1, S, T] with queries as the last S positions."""
+    allowed = np.ones((1, 1, s, t), dtype=bool)
+    if causal:
+        allowed = allowed & np.tril(np.ones((s, t), dtype=bool), k=t - s)[None, None]
+    if pad is not None:
+        allowed = allowed & ~pad[:, None, None, :]
+    return allowed
+
+
+def reference_attention(q, k, v, G, allowed, finite):
+    """The float64 reference attention (docs/spec.md) on float64 tensors q, k, v, G (or None = I)."""
+    g = np.eye(q.shape[-1]) if G is None else G.numpy()
+    if g.ndim == 3:
+        g = g[None]
+    return spec.plga_attention(
+        q.numpy(), g, k.numpy(), v.numpy(), support=allowed, fill=spec.MASK_FILL if finite else None
+    )

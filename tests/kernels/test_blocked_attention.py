@@ -14,10 +14,9 @@ from plga.errors import InputError, InputTypeError
 from plga.kernels import PLDRModel, plga_attention
 from plga.kernels import functional as KF
 from plga.reference import decoder as ref_decoder
-from plga.reference import spec
 from plga.reference.config import PLDRConfig
 
-from .kernel_helpers import random_params
+from .kernel_helpers import attention_support_np, random_params, reference_attention
 from .policy import (
     K_CHAIN,
     assert_within_policy,
@@ -52,13 +51,8 @@ def _bf16_inputs(seed, b, h, s, t, d, dv, g_kind):
 
 def _truth(q, k, v, G, *, causal):
     """float64 attention on the bf16 values; causal bottom-right aligned."""
-    s, t = q.shape[2], k.shape[2]
-    allowed = np.ones((1, 1, s, t), dtype=bool)
-    if causal:
-        allowed &= np.tril(np.ones((s, t), dtype=bool), k=t - s)[None, None]
-    g = G.double().numpy()
-    g = g if g.ndim == 4 else g[None]
-    return spec.plga_attention(q.double().numpy(), g, k.double().numpy(), v.double().numpy(), support=allowed, fill=spec.MASK_FILL)
+    allowed = attention_support_np(q.shape[2], k.shape[2], causal, None)
+    return reference_attention(q.double(), k.double(), v.double(), G.double(), allowed, True)
 
 
 #: (B, H, S, T, d, dv, causal, G): at the size threshold with one block; three blocks and a

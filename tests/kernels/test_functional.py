@@ -16,23 +16,13 @@ from plga.kernels import plga_attention, plga_attention_eager
 from plga.kernels.packed import pack_linear, packed_linear
 from plga.reference import spec
 
-from .kernel_helpers import FEW
+from .kernel_helpers import FEW, attention_support_np, reference_attention
 from .policy import (
     assert_rel_close,
     assert_within_policy,
     baseline_attention,
     within_policy,
 )
-
-
-def _support(s, t, causal, pad):
-    """Reference support [B, 1, S, T] with queries as the last S positions."""
-    allowed = np.ones((1, 1, s, t), dtype=bool)
-    if causal:
-        allowed = allowed & np.tril(np.ones((s, t), dtype=bool), k=t - s)[None, None]
-    if pad is not None:
-        allowed = allowed & ~pad[:, None, None, :]
-    return allowed
 
 
 def _inputs(seed, b, h, s, t, d, dv, g_kind, dtype=torch.float64):
@@ -50,15 +40,6 @@ def _inputs(seed, b, h, s, t, d, dv, g_kind, dtype=torch.float64):
         i = torch.arange(d, dtype=torch.float64)
         G = (torch.arange(h, dtype=torch.float64)[:, None, None] + 0.13 * i[:, None] + 0.017 * i[None, :]) / d
     return q, k, v, G
-
-
-def _reference(q, k, v, G, allowed, finite):
-    g = np.eye(q.shape[-1]) if G is None else G.numpy()
-    if g.ndim == 3:
-        g = g[None]
-    return spec.plga_attention(
-        q.numpy(), g, k.numpy(), v.numpy(), support=allowed, fill=spec.MASK_FILL if finite else None
-    )
 
 
 shapes = st.tuples(
@@ -83,7 +64,7 @@ shapes = st.tuples(
 )
 @example(shape=(1, 1, 1, 0, 2, 2), g_kind="heads", causal=True, pad="none", finite=True, backend="sdpa", seed=0)
 @example(shape=(2, 3, 13, 4, 8, 3), g_kind="sentinel", causal=True, pad="left", finite=True, backend="sdpa", seed=1)
-def test_attention_float64_matches_reference(shape, g_kind, causal, pad, finite, backend, seed):
+def test_attention_float64_matchesreference_attention(shape, g_kind, causal, pad, finite, backend, seed):
     b, h, s, extra, d, dv = shape
     t = s + extra
     q, k, v, G = _inputs(seed, b, h, s, t, d, dv, g_kind)
@@ -95,8 +76,8 @@ def test_attention_float64_matches_reference(shape, g_kind, causal, pad, finite,
         else:
             mask[:, t - t // 2 :] = True
     out = plga_attention(q, k, v, G, causal=causal, key_padding_mask=mask, finite_mask=finite, backend=backend)
-    allowed = _support(s, t, causal, None if mask is None else mask.numpy())
-    want = _reference(q, k, v, G, allowed, finite)
+    allowed = attention_support_np(s, t, causal, None if mask is None else mask.numpy())
+    want = reference_attention(q, k, v, G, allowed, finite)
     assert out.shape == (b, h, s, dv) and out.dtype == torch.float64
     assert_rel_close(out, want, name=f"{backend} finite={finite}")
 
@@ -107,8 +88,8 @@ def test_attention_float32_within_policy(shape, g_kind, causal, seed):
     b, h, s, extra, d, dv = shape
     t = s + extra
     q, k, v, G = _inputs(seed, b, h, s, t, d, dv, g_kind)
-    allowed = _support(s, t, causal, None)
-    truth = _reference(q, k, v, G, allowed, True)
+    allowed = attention_support_np(s, t, causal, None)
+    truth = reference_attention(q, k, v, G, allowed, True)
     f = lambda x: x.float()  # noqa: E731
     base = baseline_attention(f(q), f(k), f(v), f(G), causal=causal)
     for backend in ("sdpa", "eager"):
@@ -172,8 +153,8 @@ def test_fully_masked_rows():
     ideal = plga_attention(q, k, v, G, causal=True, key_padding_mask=mask)
     assert torch.all(ideal[:, :, :2] == 0)
     finite = plga_attention(q, k, v, G, causal=True, key_padding_mask=mask, finite_mask=True)
-    allowed = _support(4, 4, True, mask.numpy())
-    assert_rel_close(finite, _reference(q, k, v, G, allowed, True))
+    allowed = attention_support_np(4, 4, True, mask.numpy())
+    assert_rel_close(finite, reference_attention(q, k, v, G, allowed, True))
     assert torch.all(finite[:, :, :2] != 0)
 
 
@@ -209,8 +190,8 @@ def _broken_causal_off_by_one(q, k, v, G, **kw):
 @pytest.mark.parametrize("broken", [_broken_transposed, _broken_no_scale, _broken_causal_off_by_one])
 def test_negative_controls_are_rejected(broken):
     q, k, v, G = _inputs(17, 2, 3, 6, 6, 8, 4, "sentinel")
-    allowed = _support(6, 6, True, None)
-    truth = _reference(q, k, v, G, allowed, True)
+    allowed = attention_support_np(6, 6, True, None)
+    truth = reference_attention(q, k, v, G, allowed, True)
     bad = broken(q, k, v, G, causal=True) if broken is not _broken_causal_off_by_one else broken(q, k, v, G)
     with pytest.raises(AssertionError):
         assert_rel_close(bad, truth)
@@ -260,7 +241,7 @@ def _chain_torch(q, ln, us, pw, dtype=torch.float64, requires_grad=False):
     b=st.integers(1, 2), h=st.sampled_from([1, 3, 5]), s=st.sampled_from([1, 2, 7]), d=st.sampled_from([2, 4, 6]),
     units=st.integers(1, 2), dense=st.integers(1, 2), seed=st.integers(0, 2**16),
 )
-def test_operator_chain_matches_reference(b, h, s, d, units, dense, seed):
+def test_operator_chain_matchesreference_attention(b, h, s, d, units, dense, seed):
     q, ln, us, pw = _chain_inputs(seed, b, h, s, d, 5, units, dense)
     a_ref = spec.metric_learner(spec.density_operator(q), ln[0], ln[1], us)
     alm_ref = spec.metric_tensor(a_ref, pw[0], pw[1])
@@ -288,7 +269,7 @@ def test_operator_chain_upcasts_low_precision():
 # --- DAG loss --------------------------------------------------------------------------------
 
 
-def test_dag_loss_matches_reference(real_G):
+def test_dag_loss_matchesreference_attention(real_G):
     rng = np.random.default_rng(0)
     x = rng.normal(size=(3, 6, 6))
     assert_rel_close(KF.dag_loss(torch.tensor(x)), spec.dag_loss(x), rtol=1e-12)
