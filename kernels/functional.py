@@ -25,7 +25,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor
-from torch.nn.attention.bias import causal_lower_right
 
 from ..errors import InputError, InputTypeError
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
@@ -272,6 +271,9 @@ def plga_attention(
             return F.scaled_dot_product_attention(qg, k, v, is_causal=True, scale=scale)
         if s == 1:  # a decoding step: the last position sees every key
             return F.scaled_dot_product_attention(qg, k, v, scale=scale)
+        # imported here, not at module import: it loads torch._dynamo (~0.9 s)
+        from torch.nn.attention.bias import causal_lower_right
+
         return F.scaled_dot_product_attention(qg, k, v, attn_mask=causal_lower_right(s, t), scale=scale)
     allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
     if allowed is None:

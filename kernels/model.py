@@ -25,6 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.overrides import TorchFunctionMode
 
 from ..errors import CheckpointError, InputError, InputTypeError
 from ..reference.checkpoint import (
@@ -96,6 +97,20 @@ class _Pass:
     deductive: bool = False
     guard: FiniteGuard | None = None
     guard_last_only: bool = False  # generate's own steps: only the last layer's hidden state
+
+
+class _NoRandomFills(TorchFunctionMode):
+    """Random fills as no-ops, for building on the meta device: a meta tensor holds no values,
+    but torch runs its random fill through a Python reference kernel whose first call imports
+    torch._dynamo (0.8 s of every fresh process's model load). Thread-local, like every mode."""
+
+    _FILLS = frozenset((Tensor.normal_, Tensor.uniform_))
+
+    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        kwargs = kwargs or {}
+        if func in self._FILLS or getattr(func, "__module__", None) == "torch.nn.init":  # nn.init.*_(tensor, ...)
+            return args[0] if args else kwargs["tensor"]
+        return func(*args, **kwargs)
 
 
 class PLDRModel(nn.Module):
@@ -175,7 +190,7 @@ class PLDRModel(nn.Module):
         """Allocated but uninitialized parameters (built on the meta device: no random init),
         for a strict ``load_state_dict`` to fill."""
         target = torch.empty(()).device if device is None else torch.device(device)
-        with torch.device("meta"):
+        with torch.device("meta"), _NoRandomFills():
             model = cls(config, collapsed=collapsed)
         model.to(dtype=dtype)  # free on meta; keeps the float32 chain parameters float32
         return model.to_empty(device=target)

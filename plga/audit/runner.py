@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import importlib.metadata
 import io
 import json
 import os
@@ -161,11 +162,11 @@ def _environment(backend: Any, device: str, dtype: str) -> dict[str, Any]:
     from .. import __version__
 
     env["plga"] = __version__
-    for mod in ("torch", "safetensors", "sentencepiece", "matplotlib"):
+    for dist in ("torch", "safetensors", "sentencepiece", "matplotlib"):  # installed versions, nothing imported
         try:
-            env[mod] = __import__(mod).__version__
-        except Exception:
-            env[mod] = None
+            env[dist] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            env[dist] = None
     return env
 
 

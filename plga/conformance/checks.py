@@ -34,6 +34,7 @@ from . import oracle, profiles
 from . import strategies as sh
 from .adapter import Adapter, SkipCheck
 from .guard import call_operation, time_limit
+from .profiles import GROUPS
 from .tolerance import ConformanceFailure, assert_bitwise_equal, assert_conforms, compare, k_for
 
 # --- Context and registry -------------------------------------------------------------------
@@ -98,7 +99,6 @@ class Check:
 
 
 CHECKS: dict[str, Check] = {}
-GROUPS = ("attention", "structure", "chain", "decoder", "cache")
 
 
 def register(name: str, group: str, *, requires: Sequence[str] = (),

@@ -24,8 +24,7 @@ from ..errors import UsageError
 
 def add_conformance_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``plga conformance`` options to ``parser`` (a subcommand parser)."""
-    from .checks import GROUPS
-    from .profiles import CHECK_TIMEOUT, DEFAULT_SEED
+    from .profiles import CHECK_TIMEOUT, DEFAULT_SEED, GROUPS
 
     parser.add_argument("--impl", default=None, metavar="MODULE:OBJECT",
                         help="implementation under test: an Adapter (instance or subclass), a factory, or an attention "

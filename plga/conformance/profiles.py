@@ -9,7 +9,8 @@ same seed draws the same cases and gives the same verdict; a different seed draw
 Every profile also runs every check's explicit boundary cases first (:mod:`.strategies`).
 
 :data:`CHECK_TIMEOUT` is the time limit of one check (foreign code that never returns is a
-failure of that check, not a hung run).
+failure of that check, not a hung run); :data:`GROUPS` names the check groups (this module
+imports no torch, so the console script's parser stays light).
 Selection: an explicit name, else ``$PLGA_PROFILE``, else ``ci`` when ``$CI`` is set, else
 ``quick``. The suite applies the profile to its own properties only, so it never changes the
 global Hypothesis settings of a host test session.
@@ -27,6 +28,9 @@ from hypothesis import HealthCheck, Phase, settings
 from ..errors import InputError
 
 PROFILES: dict[str, int] = {"quick": 6, "ci": 25, "thorough": 400}
+
+#: The check groups, in the order a run reports them (``--group`` selects among them).
+GROUPS = ("attention", "structure", "chain", "decoder", "cache")
 
 #: The seed of a run without ``--seed``.
 DEFAULT_SEED = 20260

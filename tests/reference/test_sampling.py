@@ -49,6 +49,48 @@ def test_distribution_matches_a_hand_computation(seed, temperature, top_k, top_p
         assert np.all(probs[b, len(kept):] == 0)
 
 
+@settings(max_examples=30, deadline=None)
+@given(seed=st.integers(0, 2**16), top_k=st.sampled_from([1, 3, 50, 400]), top_p=st.sampled_from([1.0, 0.9]),
+       ties=st.booleans())
+def test_a_short_top_k_of_a_long_row_ranks_like_the_full_sort(seed, top_k, top_p, ties):
+    """top-k of a vocabulary-sized row takes the partition path (k · 8 < V); with rounded
+    logits many tokens tie at the k-th value, and the lower ids among them must be the ones kept."""
+    logits = np.random.default_rng(seed).normal(size=(2, 4000)) * 3
+    if ties:
+        logits = np.round(logits)
+    probs, ids = sampling_distribution(logits, 1.0, top_k, top_p)
+    assert ids.shape == probs.shape == (2, top_k)
+    for b in range(2):
+        kept, q = _kept_by_hand(logits[b], 1.0, top_k, top_p)
+        assert ids[b, : len(kept)].tolist() == kept
+        full = np.argsort(-logits[b], kind="stable")[:top_k]  # every ranked id, not only the kept ones
+        assert ids[b].tolist() == full.tolist()
+        np.testing.assert_allclose(probs[b, : len(kept)], q, rtol=1e-12, atol=1e-15)
+
+
+def _tied_ranking() -> list[int]:
+    logits = np.zeros((1, 1000))
+    logits[0, [900, 5, 700]] = 2.0  # the best three, in id order 5, 700, 900
+    logits[0, [999, 3, 640, 12]] = 1.0  # tied at the 4th and 5th places: ids 3 and 12 are kept
+    return sampling_distribution(logits, 1.0, 5)[1][0].tolist()
+
+
+def test_a_tie_at_the_k_th_value_keeps_the_lower_ids():
+    assert _tied_ranking() == [5, 700, 900, 3, 12]
+
+
+def test_negative_control_ties_ranked_by_higher_id_are_caught(monkeypatch):
+    """A ranker that breaks ties the wrong way (higher id first) must fail the tie check."""
+    import plga.reference.sampling as sampling
+
+    def higher_id_first(x, keep):
+        ids = np.stack([(len(r) - 1 - np.argsort(-r[::-1], kind="stable"))[:keep] for r in x])
+        return np.take_along_axis(x, ids, axis=-1), ids
+
+    monkeypatch.setattr(sampling, "_best_ranked", higher_id_first)
+    assert _tied_ranking() == [900, 700, 5, 999, 640]
+
+
 class _FixedUniforms:
     """Stands in for the decoding's Generator: returns given uniforms."""
 
