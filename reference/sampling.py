@@ -52,7 +52,8 @@ def check_seed(seed: int | None) -> int:
 
 def sampling_distribution(logits: Array, temperature: float, top_k: int = 0, top_p: float = 1.0) -> tuple[Array, Array]:
     """(probs [B, R] float64 over the R best-ranked tokens, ids [B, R]) — steps 1–3 above;
-    R = ``top_k`` (capped at V), or V when ``top_k = 0``.
+    R = ``top_k`` (capped at V); with ``top_k = 0``, V, or with ``top_p < 1`` a ranked prefix
+    long enough to hold every row's kept set.
 
     ``probs[b, r]`` is the probability of token ``ids[b, r]``; entries past the kept set are 0.
     """
@@ -60,13 +61,35 @@ def sampling_distribution(logits: Array, temperature: float, top_k: int = 0, top
     if temperature == 0:
         raise InputError("sampling_distribution needs temperature > 0 (temperature 0 is greedy)")
     x = _check_logits(logits) / temperature  # [B, V]
-    keep = x.shape[-1] if top_k == 0 else min(top_k, x.shape[-1])
-    vals, ids = _best_ranked(x, keep)  # [B, R] best first
-    probs = np.exp(vals - vals[:, :1])
-    probs /= probs.sum(-1, keepdims=True)
-    cut = (np.cumsum(probs, axis=-1) < top_p * (1 - 1e-12)).sum(-1, keepdims=True) + 1  # [B, 1]
-    probs = np.where(np.arange(keep) < np.clip(cut, 1, keep), probs, 0.0)
+    v = x.shape[-1]
+    reach = top_p * (1 - 1e-12)
+    if top_k == 0 and top_p < 1:  # nucleus over the whole row: probabilities first, then a ranked prefix reaching top_p
+        p_all = np.exp(x - x.max(-1, keepdims=True))  # [B, V]
+        p_all /= p_all.sum(-1, keepdims=True)
+        ids = _nucleus_prefix(x, p_all, reach)  # [B, R]
+        probs = np.take_along_axis(p_all, ids, axis=-1)
+    else:
+        vals, ids = _best_ranked(x, v if top_k == 0 else min(top_k, v))  # [B, R] best first
+        probs = np.exp(vals - vals[:, :1])
+        probs /= probs.sum(-1, keepdims=True)
+    r = ids.shape[-1]
+    cut = (np.cumsum(probs, axis=-1) < reach).sum(-1, keepdims=True) + 1  # [B, 1]
+    probs = np.where(np.arange(r) < np.clip(cut, 1, r), probs, 0.0)
     return probs / probs.sum(-1, keepdims=True), ids
+
+
+def _nucleus_prefix(x: Array, p_all: Array, reach: float) -> Array:
+    """Ids [B, R] of the R best-ranked tokens, for the smallest R in 64, 512, 4096, … (or V)
+    whose ranked probabilities ``p_all`` sum, in rank order, to ``reach`` in every row: the
+    nucleus never needs the ranking past that point."""
+    v = x.shape[-1]
+    r = 64
+    while r * 8 < v:
+        ids = _best_ranked(x, r)[1]
+        if np.all(np.cumsum(np.take_along_axis(p_all, ids, axis=-1), axis=-1)[:, -1] >= reach):
+            return ids
+        r *= 8
+    return _best_ranked(x, v)[1]
 
 
 def _best_ranked(x: Array, keep: int) -> tuple[Array, Array]:

@@ -49,23 +49,24 @@ def test_distribution_matches_a_hand_computation(seed, temperature, top_k, top_p
         assert np.all(probs[b, len(kept):] == 0)
 
 
-@settings(max_examples=30, deadline=None)
-@given(seed=st.integers(0, 2**16), top_k=st.sampled_from([1, 3, 50, 400]), top_p=st.sampled_from([1.0, 0.9]),
-       ties=st.booleans())
-def test_a_short_top_k_of_a_long_row_ranks_like_the_full_sort(seed, top_k, top_p, ties):
-    """top-k of a vocabulary-sized row takes the partition path (k · 8 < V); with rounded
-    logits many tokens tie at the k-th value, and the lower ids among them must be the ones kept."""
-    logits = np.random.default_rng(seed).normal(size=(2, 4000)) * 3
+@settings(max_examples=40, deadline=None)
+@given(seed=st.integers(0, 2**16), top_k=st.sampled_from([0, 1, 3, 50, 400]), top_p=st.sampled_from([1.0, 0.9, 0.3]),
+       spread=st.sampled_from([1.0, 8.0]), ties=st.booleans())
+def test_a_long_row_ranks_and_keeps_like_the_full_sort(seed, top_k, top_p, spread, ties):
+    """Top-k of a vocabulary-sized row takes the partition path (k · 8 < V), a nucleus without
+    top-k a ranked prefix (peaked rows: short; flat rows: long); with rounded logits many tokens
+    tie, and the lower ids among them must come first."""
+    logits = np.random.default_rng(seed).normal(size=(2, 4000)) * spread
     if ties:
         logits = np.round(logits)
     probs, ids = sampling_distribution(logits, 1.0, top_k, top_p)
-    assert ids.shape == probs.shape == (2, top_k)
+    assert ids.shape == probs.shape and (top_k == 0 or ids.shape[1] == top_k)
     for b in range(2):
         kept, q = _kept_by_hand(logits[b], 1.0, top_k, top_p)
-        assert ids[b, : len(kept)].tolist() == kept
-        full = np.argsort(-logits[b], kind="stable")[:top_k]  # every ranked id, not only the kept ones
+        full = np.argsort(-logits[b], kind="stable")[: ids.shape[1]]  # every ranked id, not only the kept ones
         assert ids[b].tolist() == full.tolist()
         np.testing.assert_allclose(probs[b, : len(kept)], q, rtol=1e-12, atol=1e-15)
+        assert np.all(probs[b, len(kept):] == 0)
 
 
 def _tied_ranking() -> list[int]:
