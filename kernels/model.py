@@ -193,7 +193,8 @@ class PLDRModel(nn.Module):
         with torch.device("meta"), _NoRandomFills():
             model = cls(config, collapsed=collapsed)
         model.to(dtype=dtype)  # free on meta; keeps the float32 chain parameters float32
-        return model.to_empty(device=target)
+        # to_empty's empty_like of a meta tensor runs torch's Python kernel (imports sympy, 0.2 s)
+        return model._apply(lambda t: torch.empty(t.shape, dtype=t.dtype, device=target))
 
     def to_reference(self) -> dict[str, np.ndarray]:
         """The parameters as numpy arrays by upstream key (bf16/fp16 are widened to float32)."""

@@ -1,5 +1,6 @@
 """What a fresh process imports: the console script's parser and the reference audit load no
-torch, and loading and running a kernels model loads no torch._dynamo (0.8 s of every start).
+torch, and loading and running a kernels model loads neither torch._dynamo nor sympy (1 s of
+every start).
 Each case runs in a fresh interpreter and reports the modules it ended with; a positive control
 shows that the probe sees a heavy import when one happens."""
 
@@ -12,7 +13,7 @@ import sys
 _PROBE = """
 import json, sys
 {body}
-print(json.dumps({{m: m in sys.modules for m in ("torch", "torch._dynamo", "matplotlib")}}))
+print(json.dumps({{m: m in sys.modules for m in ("torch", "torch._dynamo", "sympy", "matplotlib")}}))
 """
 
 
@@ -36,7 +37,7 @@ def test_the_audit_environment_record_imports_nothing_it_names():
     assert loaded["torch"] is False and loaded["matplotlib"] is False
 
 
-def test_loading_and_running_a_kernels_model_imports_no_dynamo():
+def test_loading_and_running_a_kernels_model_imports_no_dynamo_and_no_sympy():
     body = (
         "import torch\n"
         "from plga.audit.model import builtin_config, random_params\n"
@@ -48,7 +49,7 @@ def test_loading_and_running_a_kernels_model_imports_no_dynamo():
         "    m.generate(torch.ones(1, 5, dtype=torch.long), 3, 'kv')"
     )
     loaded = _loaded(body)
-    assert loaded["torch"] is True and loaded["torch._dynamo"] is False
+    assert loaded["torch"] is True and loaded["torch._dynamo"] is False and loaded["sympy"] is False
 
 
 def test_positive_control_the_probe_sees_dynamo_when_a_meta_random_fill_loads_it():
