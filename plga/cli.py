@@ -159,6 +159,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError("--mode collapsed needs constant operators: a collapsed checkpoint, or --constant-g")
     if stored_g is not None and mode in decoder.LEARNER_CACHE_MODES:
         raise UsageError(f"{args.checkpoint} is collapsed (no metric learner): use --mode collapsed or nocache")
+    if args.compile and (args.backend != "torch" or mode == "nocache"):
+        raise UsageError("--compile captures the cached decoding steps of --backend torch: use it with --backend torch "
+                         "and --mode kv, kvg or collapsed")
     if args.backend == "reference":
         result = decoder.generate(
             decoder.to_backend(params), config, tokens, args.max_new_tokens, mode,
@@ -170,6 +173,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
         import torch
 
         model = _torch_model(params, config, args, stored_g)
+        model.compile_decode = args.compile
+        if args.compile and args.max_new_tokens > 1 and not args.no_progress:
+            print("compiling the decoding step (slow the first time for a shape; the disk cache speeds up later runs)",
+                  file=sys.stderr)
         g = None if constant_g is None or stored_g is not None else np.stack(constant_g)
         with torch.no_grad():
             gen = model.generate(
@@ -259,6 +266,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top-p", type=float, default=1.0, help="nucleus: the smallest set reaching probability p (default 1)")
     p.add_argument("--seed", type=int, default=None, help="sampling seed (default 0); the same seed gives the same "
                    "tokens on both backends")
+    p.add_argument("--compile", action="store_true",
+                   help="torch backend, cached modes: run each decoding step as one compiled graph (torch.compile; a "
+                   "CUDA graph on CUDA). The first run of a model shape compiles (seconds to a minute, cached on disk "
+                   "for later runs), so it pays off on long generations")
     p.add_argument("--no-progress", action="store_true", help="no progress bar (it shows only on a terminal)")
     _add_backend_arguments(p)
     p.set_defaults(func=cmd_generate)

@@ -55,6 +55,9 @@ def test_forward_and_generate_reproduce_the_golden_vectors(tmp_path, golden):
         (["generate", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--mode", "kv", "--constant-g", "{g}"], "use --mode collapsed"),
         (["generate", "{collapsed}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--mode", "kvg"], "is collapsed"),
         (["forward", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--dtype", "float32"], "apply to --backend torch"),
+        (["generate", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--compile"], "with --backend torch"),
+        (["generate", "{ckpt}", "--tokens", "{tokens}", "--out", "{out}", "--max-new-tokens", "2", "--compile",
+          "--backend", "torch", "--mode", "nocache"], "--mode kv, kvg or collapsed"),
         (["forward", "{ckpt}", "--tokens", "{tokens}", "--out", "{tokens}/x.npz"], "cannot write --out"),
     ],
 )
@@ -82,16 +85,23 @@ def test_errors_are_one_line_and_nonzero(tmp_path, argv, message):
     assert not (tmp_path / "o.npz").exists()
 
 
-@pytest.mark.parametrize("mode", ["nocache", "kvg"])
-def test_torch_backend_reproduces_the_golden_greedy_tokens(tmp_path, golden, mode):
+@pytest.mark.parametrize(("mode", "compiled"), [("nocache", False), ("kvg", False), ("kv", True)])
+def test_torch_backend_reproduces_the_golden_greedy_tokens(tmp_path, golden, mode, compiled, monkeypatch):
+    """``--compile``: the captured steps (one compiled graph per step) give the same tokens."""
     pytest.importorskip("torch")
+    from plga.kernels import capture
+
+    calls = []
+    step = capture.CapturedSteps.__call__
+    monkeypatch.setattr(capture.CapturedSteps, "__call__", lambda self, *a: calls.append(1) or step(self, *a))
     _, _, z = golden
     ckpt = str(shared_file("golden", "small_seed0.pth"))
     np.save(tmp_path / "prompt.npy", z["gen.prompt"])
     out = tmp_path / "g.npz"
     argv = ["generate", ckpt, "--tokens", str(tmp_path / "prompt.npy"), "--max-new-tokens", "10",
             "--mode", mode, "--out", str(out), "--max-seq-len", "64", "--backend", "torch"]
-    assert main(argv) == 0
+    assert main(argv + (["--compile", "--no-progress"] if compiled else [])) == 0
+    assert len(calls) == (9 if compiled else 0)  # every step after the first token, captured
     with np.load(out) as g:
         np.testing.assert_array_equal(g["tokens"][0], z[f"gen.{mode}.tokens"])
         np.testing.assert_allclose(g["step_logits"][0], z[f"gen.{mode}.step_logits"], rtol=0, atol=1e-12 * np.abs(z[f"gen.{mode}.step_logits"]).max())
@@ -140,6 +150,26 @@ def test_sampling_without_a_seed_says_which_seed_it_used(tmp_path):
     assert "sampled with the default seed 0" in a.stderr and "pass --seed" in a.stderr
     with np.load(tmp_path / "a.npz") as za, np.load(tmp_path / "b.npz") as zb:
         np.testing.assert_array_equal(za["tokens"], zb["tokens"])
+
+
+def test_compiled_sampling_says_it_compiles_and_draws_the_reference_tokens(tmp_path):
+    """``--compile`` with seeded sampling: a note on stderr before the (slow) first compile, and
+    the captured steps draw the reference backend's tokens for the same seed."""
+    pytest.importorskip("torch")
+    from plga.reference.checkpoint import random_params, save_safetensors
+    from plga.reference.config import PLDRConfig
+
+    config = PLDRConfig.from_name("tiny")
+    save_safetensors(random_params(config, seed=2), config, tmp_path / "m")
+    (tmp_path / "t.json").write_text("[[5, 2, 9, 14]]")
+    base = ["generate", str(tmp_path / "m"), "--tokens", str(tmp_path / "t.json"), "--max-new-tokens", "6",
+            "--temperature", "0.8", "--top-k", "5", "--seed", "3"]
+    compiled = run(*base, "--out", str(tmp_path / "c.npz"), "--backend", "torch", "--compile")
+    reference = run(*base, "--out", str(tmp_path / "r.npz"))
+    assert compiled.returncode == 0 and reference.returncode == 0, compiled.stderr
+    assert "compiling the decoding step" in compiled.stderr and "compiling" not in reference.stderr
+    with np.load(tmp_path / "c.npz") as zc, np.load(tmp_path / "r.npz") as zr:
+        np.testing.assert_array_equal(zc["tokens"], zr["tokens"])
 
 
 def test_a_bug_of_ours_is_a_traceback_not_a_usage_line(monkeypatch, capsys):
