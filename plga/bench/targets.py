@@ -131,6 +131,14 @@ def audit_speed(rows: list[Row]) -> float | None:
     return None if not torch_s or not ref_s else ref_s / torch_s
 
 
+def captured_tokens_agree(rows: list[Row]) -> float | None:
+    """The fraction of float32 captured decoding rows whose greedy tokens equal the plain fused
+    row's (the same workload): the captured step must not change what is decoded."""
+    flags = [r.same_tokens_as_fused for r in rows
+             if r.ok and r.kind == "decode" and r.capture and r.dtype == "float32" and r.same_tokens_as_fused is not None]
+    return sum(flags) / len(flags) if flags else None
+
+
 def accuracy(name: str) -> Measure:
     def measure(rows: list[Row]) -> float | None:
         r = next((r for r in rows if r.ok and r.kind == "accuracy"), None)
@@ -198,6 +206,9 @@ def _targets() -> tuple[Target, ...]:
                ">=", 1.0, "", "1 when equal or the float32 top-2 margin at the divergence < the bf16 logits error, else 0",
                accuracy("greedy_agreement")),
     ]
+    out.append(Target("compile/same-tokens", "float32 captured decoding emits the plain fused path's greedy tokens (every row)",
+                      ">=", 1.0, "", "fraction of float32 captured rows whose token digest equals the plain row's",
+                      captured_tokens_agree))
     for dt in ("float32", low):
         for cfg in ("small", "paper-110m"):
             for mode in CACHED_MODES:

@@ -31,7 +31,8 @@ def test_the_table_is_data():
     assert all(t.op in (">=", "<=") and t.how and t.text for t in TARGETS)
     for needle in ("bw/small/kv", "bfloat16/prefill/paper-110m/b8s1024", "bfloat16/decode/paper-110m/kvg", "bfloat16/logits-error",
                    "bfloat16/greedy-tokens", "compile/float32/small/kv", "compile/bfloat16/small/kv",
-                   "compile-break-even/float32/small/kv", "compile-break-even/bfloat16/small/kv", "fused/never-slower"):
+                   "compile-break-even/float32/small/kv", "compile-break-even/bfloat16/small/kv", "fused/never-slower",
+                   "compile/same-tokens"):
         assert needle in ids
 
 
@@ -68,3 +69,16 @@ def test_targets_read_the_right_rows():
     assert by["fused/never-slower"].measured == pytest.approx(0.9) and by["fused/never-slower"].status == "missed"
     assert by["bw/paper-110m/kv"].status == "not measured"
     assert "conformance" in by["reference/conformance-quick"].why
+
+
+def test_captured_rows_must_decode_the_plain_tokens():
+    """One float32 captured row whose tokens differ from the plain row's is a miss (a bf16 row
+    differing is not counted: its rounding may legitimately flip a near-tie)."""
+    same = _decode("kv", capture="compile", same_tokens_as_fused=True)
+    differs = _decode("kvg", capture="compile", same_tokens_as_fused=False)
+    low = _decode("kv", capture="compile", dtype="bfloat16", same_tokens_as_fused=False)
+    by = {v.id: v for v in evaluate_targets([same, low])}
+    assert by["compile/same-tokens"].status == "met" and by["compile/same-tokens"].measured == 1.0
+    by = {v.id: v for v in evaluate_targets([same, differs, low])}
+    assert by["compile/same-tokens"].status == "missed" and by["compile/same-tokens"].measured == 0.5
+    assert {v.id: v for v in evaluate_targets([low])}["compile/same-tokens"].status == "not measured"
