@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..allocator import freed_blocks_kept
+from ..allocator import freed_blocks_kept, keep_freed_blocks
 from ..errors import UsageError
 from ..progress import bar
 from .plan import LONG_RUN_S, MIN_RUNS, QUICK, config_of, estimate_seconds, plan_cases, skip_reason
@@ -94,7 +94,7 @@ def host_info() -> dict[str, Any]:
     info: dict[str, Any] = {
         "python": platform.python_version(), "platform": platform.platform(), "machine": platform.machine(),
         "cpu_count": os.cpu_count(), "numpy": np.__version__,
-        "freed_blocks_kept": freed_blocks_kept(),  # the cases call keep_freed_blocks() too, with this environment
+        "freed_blocks_kept": freed_blocks_kept(),  # bench_main and every case call keep_freed_blocks()
     }
     try:
         import torch
@@ -145,6 +145,7 @@ def bench_main(args: argparse.Namespace) -> int:
     Exit status 1 when a case failed (its row says why); missed targets do not fail the run.
     """
     t0 = time.perf_counter()
+    keep_freed_blocks()  # as every case process does: the header's allocator line is theirs (any entry point)
     configs = _csv(args.config) if args.config else list(QUICK["configs"] if args.quick else ("small", "paper-110m"))
     for name in configs:
         config_of(name)  # unknown presets fail here, before anything runs

@@ -64,3 +64,15 @@ def test_the_console_script_keeps_freed_blocks(tmp_path):
                           "--out", str(tmp_path / "out.npz")],
                          capture_output=True, text=True, check=False)
     assert out.stdout.strip().splitlines()[-1] == "kept True 2", (out.stdout, out.stderr)
+
+
+def test_the_bench_keeps_freed_blocks_from_any_entry_point():
+    """benchmarks/run_bench.py calls bench_main without the console script: the header's
+    allocator line must still describe what its case processes do (they keep freed blocks)."""
+    script = ("from plga.allocator import freed_blocks_kept; from plga.bench import add_bench_arguments, bench_main; "
+              "import argparse; args = add_bench_arguments(argparse.ArgumentParser()).parse_args(['--runs', '0']); "
+              "from plga.errors import UsageError\n"
+              "try:\n    bench_main(args)\nexcept UsageError:\n    pass\n"
+              "print('kept', freed_blocks_kept())")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+    assert out.stdout.strip().splitlines()[-1] == "kept True", (out.stdout, out.stderr)
