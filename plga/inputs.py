@@ -27,6 +27,7 @@ import math
 import os
 import stat
 import struct
+import warnings
 import zipfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -201,7 +202,9 @@ def _read_npy(fh: Any, available: int, where: str, error: ErrorType, check: Arra
         if version not in ((1, 0), (2, 0), (3, 0)):
             raise ValueError(f"unknown .npy format version {version}")
         header = npy.read_array_header_1_0 if version == (1, 0) else npy.read_array_header_2_0
-        shape, fortran, dtype = header(fh)
+        with warnings.catch_warnings():  # a damaged header ('\d' in a key) warns as Python compiles it:
+            warnings.simplefilter("ignore")  # the refusal below is the one line the user sees
+            shape, fortran, dtype = header(fh)
     except Exception as exc:  # NumPy parses the header with tokenize and ast: TokenError, SyntaxError, …
         raise error(f"{where} is not a readable .npy array: {' '.join(str(exc).split())[:200]}") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:

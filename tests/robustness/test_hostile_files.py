@@ -15,6 +15,7 @@ import pickle
 import subprocess
 import sys
 import textwrap
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -537,15 +538,22 @@ def _npy_with_header(path: Path, body: str, version: bytes = b"\x01\x00") -> Pat
         ("{'descr': '<U4', 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "must hold integer token ids, got <U4"),
         ("{'descr': '<i8', 'fortran_order': False, 'shape': (1,)}", b"\x09\x00", "unknown .npy format version"),
         ("not a dict", b"\x01\x00", "not a readable .npy array"),
+        ("{'\\descr': '<i8', 'fortran_order': False, 'shape': (1,)}", b"\x01\x00", "not a readable .npy array"),
     ],
-    ids=["negative", "float-dim", "nested-3000", "void-huge", "structured", "unicode", "version-9", "not-a-dict"],
+    ids=["negative", "float-dim", "nested-3000", "void-huge", "structured", "unicode", "version-9", "not-a-dict",
+         "bad-escape"],
 )
 def test_hostile_npy_headers_are_one_error(tmp_path, body, version, message):
+    """One error and nothing else: a warning would be a second line on the command line (the
+    'bad-escape' header made Python warn "invalid escape sequence '\\d'" while NumPy parsed it)."""
     path = _npy_with_header(tmp_path / "tokens.npy", body, version)
-    with pytest.raises(DataFileError, match=message):
-        inputs.load_tokens(path)
-    with pytest.raises(DataFileError, match=r"tokens\.npy"):
-        inputs.load_operators(str(path), CONFIG)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with pytest.raises(DataFileError, match=message):
+            inputs.load_tokens(path)
+        with pytest.raises(DataFileError, match=r"tokens\.npy"):
+            inputs.load_operators(str(path), CONFIG)
+    assert not caught, [str(w.message) for w in caught]
 
 
 def test_damaged_array_files_are_one_error(tmp_path):
