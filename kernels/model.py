@@ -40,7 +40,7 @@ from ..reference.config import PLDRConfig
 from ..reference.decoder import MODES, check_generation, steps_of
 from ..reference.numerics import float32_sqrt
 from ..reference.sampling import check_sampling, check_seed, sample_next
-from . import capture
+from . import capture, native
 from . import functional as KF
 from .cache import DecodeCache, LayerCache, RopeTables
 from .collapse import CollapseReport, collapse_statistics
@@ -366,14 +366,15 @@ class PLDRModel(nn.Module):
         tables, every layer's packed products, looked up once per pass), or none: the modules.
 
         With ``compile_decode`` a batch of one uses the row layout on the CPU (its one-row
-        products are the compiled GEMV); larger batches keep the column blocks, whose few-row
-        products are faster (switching rebuilds the copies)."""
+        products are the compiled GEMV); so do larger batches where the native kernel serves the
+        dtype (their few-row products); otherwise they keep the column blocks, whose few-row
+        products are then faster (switching rebuilds the copies)."""
         rope = None
         if self._packed.usable(backend, self._linears()):
             rope = self._rope_tables(start, s, self.dtype, real)
         if rope is None:
             return {"rope": None}
-        rows = self.compile_decode and batch == 1
+        rows = self.compile_decode and (batch == 1 or (self.device.type == "cpu" and native.prepare(self.dtype)))
         weights = [self._packed.layer(i, layer.mha1, layer.ffn, self.device, rows) for i, layer in enumerate(self.decoder.dec_layers)]
         if any(w is None for w in weights):  # inference-mode parameters: no version to track
             return {"rope": None}

@@ -5,13 +5,14 @@ weights instead of the ``nn.Linear`` modules: one QKV product (Wq | Wk | Wv), on
 product, and on the CPU the transposed weights split into one column block per intra-op thread,
 so that a batch-1 decoding GEMV streams on every core (the CPU BLAS runs a GEMV on one core).
 
-In bfloat16 / float16 on the CPU, and in every dtype for a batch of one with the opt-in
-``compile_decode``, the copies keep the ``nn.Linear`` row layout W [N, K] instead
-(:func:`pack_rows`): the GEMMs run at the same rate on either layout, and a one-row product over
-rows is a contiguous dot product per output, which the compiled GEMV (:func:`rows_gemv`, or
-fused into a captured step) streams at about twice the rate of torch's own GEMV (bench machine,
-2 threads, 32000 × 896: float32 52–76 GB/s against 18 for ``F.linear`` and 49 for the column
-blocks; bfloat16 60–70 against 31).
+In bfloat16 / float16 on the CPU, and in every dtype with the opt-in ``compile_decode``, the
+copies keep the ``nn.Linear`` row layout W [N, K] instead (:func:`pack_rows`): the GEMMs run
+at the same rate on either layout, and a product of a few rows over rows of W is a contiguous
+dot product per output. One row runs the compiled GEMV (:func:`rows_gemv`, or fused into a
+captured step: bench machine, 2 threads, 32000 × 896 float32 52–76 GB/s against 18 for
+``F.linear`` and 49 for the column blocks); bfloat16 rows and batches of up to
+:data:`PACKED_SMALL_M` rows run the native kernel (:mod:`.native`; torch's bfloat16 GEMV and
+its few-row GEMMs convert every element or re-read W per row).
 
 The copies are never in the state dict; they are rebuilt when a parameter changes (storage or
 in-place version counter) and dropped when the model is moved or cast.
@@ -25,6 +26,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+
+from . import native
 
 #: A packed product: column blocks [P, K, N'/P] and bias [P, 1, N'/P] (:func:`pack_linear`), or
 #: rows [N', K] and bias [N'] (:func:`pack_rows`, low precision on the CPU); the true width N.
@@ -59,10 +62,14 @@ def pack_linear(wt: Tensor, b: Tensor, parts: int, align: int = 16) -> Packed:
 
 def uses_rows(device: torch.device, dtype: torch.dtype, compiled: bool = False) -> bool:
     """Whether packed copies on ``device`` in ``dtype`` use the row layout (:func:`pack_rows`):
-    on the CPU in bfloat16 / float16, and in every dtype when one-row products run the
-    compiled GEMV (``compiled``; float32 paper-110m vocabulary: 76 GB/s against 49 GB/s for
-    the column blocks)."""
-    return device.type == "cpu" and (compiled or dtype in _LOW_PRECISION)
+    on the CPU in bfloat16 / float16, and in every dtype with ``compiled`` (one-row products
+    then run the compiled GEMV: float32 paper-110m vocabulary 76 GB/s against 49 GB/s for the
+    column blocks; few-row products the native kernel). Loads the native kernel when it does
+    (:func:`.native.prepare`)."""
+    rows = device.type == "cpu" and (compiled or dtype in _LOW_PRECISION)
+    if rows:
+        native.prepare(dtype)
+    return rows
 
 
 def pack_rows(w: Tensor, b: Tensor, align: int = 16) -> Packed:
@@ -103,12 +110,21 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
 
     Column blocks, up to :data:`PACKED_SMALL_M` rows: one ``baddbmm`` over the blocks (a free
     view when M = 1); more rows: one GEMM per block, each written in place into its columns of
-    the output. Rows: ``F.linear``, or for one row with ``compiled`` the compiled :func:`rows_gemv`.
+    the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
+    where it serves the dtype, but for one row inside a captured step or in float32, where the
+    GEMVs below measured as fast or faster in a decoding step; else the GEMV fused into a
+    captured step, or for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows:
+    ``F.linear``.
     """
     if w.ndim == 2:
-        if torch.compiler.is_compiling() and x.shape[0] <= PACKED_SMALL_M:  # in a captured step: fused into it
+        m = x.shape[0]
+        capturing = torch.compiler.is_compiling()
+        one_row_gemv = m == 1 and (capturing or w.dtype == torch.float32)  # measured as fast or faster
+        if m <= PACKED_SMALL_M and native.ready(w.dtype) and not one_row_gemv:
+            out = torch.ops.plga.rows_linear(x, w, b)  # an opaque call inside a captured step
+        elif capturing and m <= PACKED_SMALL_M:  # fused into the captured step
             out = _gemv(x, w, b)
-        elif compiled and x.shape[0] == 1:
+        elif compiled and m == 1:
             out = rows_gemv(x.reshape(-1)[None], w, b)  # strides (K, 1): one compilation per weight shape
         else:
             out = F.linear(x, w, b)

@@ -47,3 +47,15 @@ def test_the_data_folder_ships():
         if f.is_file():
             rel = f.relative_to(REPO / "tests" / "data").as_posix()
             assert any(Path(rel).match(p) for p in patterns), f"tests/data/{rel} is not package data"
+
+
+def test_the_native_kernel_source_ships():
+    """The native CPU kernel is built from its source at first use: a non-editable install
+    must carry every kernels/csrc file (negative control: a file outside the pattern is flagged)."""
+    table = _setuptools_table()
+    patterns = table["package-data"]["plga.kernels"]
+    sources = [f.relative_to(REPO / "kernels").as_posix() for f in (REPO / "kernels" / "csrc").iterdir() if f.is_file()]
+    assert "csrc/rows_linear.cpp" in sources
+    for rel in sources:
+        assert any(Path(rel).match(p) for p in patterns), f"kernels/{rel} is not package data"
+    assert not any(Path("csrc/helper.h").match(p) for p in patterns)

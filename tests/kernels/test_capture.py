@@ -138,19 +138,27 @@ def test_a_hook_keeps_generation_on_the_module_path():
     assert torch.equal(got.tokens, want.tokens)
 
 
-def test_layout_follows_the_batch():
+def test_layout_follows_the_batch(monkeypatch):
     """With compile_decode, float32 copies on the CPU use the row layout for a batch of one
-    (one-row products: the compiled GEMV) and the column blocks for larger batches."""
-    _, model = model_pair(PLDRConfig.from_name("tiny"), 26, dtype=torch.float32)
-    layer = model.decoder.dec_layers[0]
+    (one-row products: the compiled GEMV); larger batches use it too where the native kernel
+    serves float32 (their few-row products), else the column blocks."""
+    from plga.kernels import native
 
-    def rank() -> int:
-        return model._packed.layer(0, layer.mha1, layer.ffn, model.device, True)[0][0].ndim
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 26, dtype=torch.float32)
+
+    def rank(batch: int) -> int:
+        model.compile_decode = True
+        try:
+            with torch.no_grad():
+                return model._packed_fields("sdpa", 0, 4, batch)["weights"][0][0][0].ndim
+        finally:
+            model.compile_decode = False
 
     one = _generate(model, BATCH[:1], "kvg", captured=True)
-    assert rank() == 2  # rows [N, K]
+    assert rank(1) == 2  # rows [N, K]
     three = _generate(model, BATCH, "kvg", captured=True)
-    with torch.no_grad():
-        fields = model._packed_fields("sdpa", 0, 4, 3)
-    assert fields["weights"][0][0][0].ndim == 3  # column blocks [P, K, N/P]
+    assert rank(3) == (2 if native.prepare(torch.float32) else 3)
     assert torch.equal(three.tokens[:1], one.tokens)
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert rank(3) == 3  # column blocks [P, K, N/P]
+    assert torch.equal(_generate(model, BATCH, "kvg", captured=True).tokens, three.tokens)

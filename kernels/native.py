@@ -1,0 +1,139 @@
+"""The native CPU kernel of the decoding products: ``torch.ops.plga.rows_linear`` (csrc/rows_linear.cpp).
+
+``rows_linear(x, w, b)`` = b + x Wᵀ for x [M, K] and a row-layout weight W [N, K]
+(:func:`~plga.kernels.packed.pack_rows`), float32 or bfloat16, accumulated in float32 and rounded
+once. :func:`~plga.kernels.packed.packed_linear` runs it for products of up to
+:data:`~plga.kernels.packed.PACKED_SMALL_M` rows (decoding steps), plain or inside a captured step
+(an opaque call there: the schema and its shape function are defined here).
+
+Why native: at batch 1 and 8 a decoding step streams every weight once, and the generic paths
+are instruction-bound well below the memory bandwidth — torch's bfloat16 GEMV and Inductor's
+generated reduction convert every element before multiplying, and at 8 rows every row of x
+re-reads W. The kernel loads each block of 4 rows of W once per 4 rows of x and multiplies
+bfloat16 pairs with AVX512-BF16 (``VDPBF16PS``); ``plga bench`` measures the result.
+
+It is built on first use with ``torch.utils.cpp_extension`` (about 10 s, once per machine and
+source version; the library is cached in torch's extension folder, ``TORCH_EXTENSIONS_DIR``) and
+loaded in milliseconds afterwards. It is used only where it applies: a CPU with AVX512F (float32)
+and AVX512-BF16 (bfloat16). Without them, with ``PLGA_NATIVE=0``, or when the build fails (no
+C++ compiler: one note on stderr), the products run on the portable paths.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import glob
+import os
+import sys
+import threading
+from pathlib import Path
+
+import torch
+
+#: Environment switch: ``PLGA_NATIVE=0`` keeps every product on the portable paths (A/B runs).
+ENV_SWITCH = "PLGA_NATIVE"
+_SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
+_NAME = "plga_rows_linear"
+#: CPU flags (``/proc/cpuinfo``) each dtype's kernel needs.
+_NEEDS = {torch.float32: ("avx512f",), torch.bfloat16: ("avx512f", "avx512bw", "avx512_bf16")}
+
+torch.library.define("plga::rows_linear", "(Tensor x, Tensor w, Tensor b) -> Tensor")
+
+
+@torch.library.register_fake("plga::rows_linear")
+def _rows_linear_shape(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    return x.new_empty(x.shape[0], w.shape[0])  # [M, N]
+
+
+_lock = threading.Lock()
+_state: dict[str, object] = {"tried": False, "serves": frozenset()}
+#: The dtypes the loaded kernel serves on this CPU (read by ``packed_linear``; empty until :func:`prepare`).
+READY: frozenset[torch.dtype] = frozenset()
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def _cached_library() -> bool:
+    """Whether a built library is already in torch's extension folder (no build note then)."""
+    from torch.utils.cpp_extension import get_default_build_root
+
+    root = os.environ.get("TORCH_EXTENSIONS_DIR") or get_default_build_root()
+    return bool(glob.glob(os.path.join(root, "**", f"{_NAME}*", f"{_NAME}*.so"), recursive=True))
+
+
+@contextlib.contextmanager
+def _ninja_on_path():
+    """The ``ninja`` of the ``ninja`` wheel on PATH for the build (the venv may not be activated)."""
+    old = os.environ.get("PATH", "")
+    try:
+        import ninja  # type: ignore[import-untyped]
+
+        os.environ["PATH"] = ninja.BIN_DIR + os.pathsep + old
+    except ImportError:
+        pass
+    try:
+        yield
+    finally:
+        os.environ["PATH"] = old
+
+
+def _build() -> None:
+    from torch.utils.cpp_extension import load
+
+    from ..progress import enabled
+
+    if enabled() and not _cached_library():
+        print("plga: building the native CPU kernel for decoding products (once per machine, about 10 s)",
+              file=sys.stderr, flush=True)
+    with _ninja_on_path():
+        load(name=_NAME, sources=[str(_SOURCE)], extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"],
+             is_python_module=False, verbose=False)
+
+
+def prepare(dtype: torch.dtype) -> bool:
+    """Load (building once if needed) the kernel and say whether it serves ``dtype`` here.
+    Call outside compiled code (building the packed weights does): it sets :data:`READY`."""
+    global READY
+    if os.environ.get(ENV_SWITCH, "1") == "0":
+        READY = frozenset()
+        return False
+    if not _state["tried"]:
+        with _lock:
+            if not _state["tried"]:
+                _state["serves"] = _load()
+                _state["tried"] = True
+    READY = _state["serves"]  # type: ignore[assignment]
+    return dtype in READY
+
+
+def _load() -> frozenset[torch.dtype]:
+    """The dtypes served on this CPU once the library is loaded; empty when it cannot be."""
+    flags = _cpu_flags()
+    if not all(f in flags for f in _NEEDS[torch.float32]):
+        return frozenset()
+    try:
+        _build()
+    except Exception as exc:  # no compiler, no ninja, a read-only cache: the portable paths serve
+        reason = " ".join(str(exc).split())[:200]
+        print(f"plga: note: the native CPU kernel is unavailable ({type(exc).__name__}: {reason}); "
+              "decoding products use the portable paths", file=sys.stderr, flush=True)
+        return frozenset()
+    return frozenset(d for d, fl in _NEEDS.items() if all(f in flags for f in fl))
+
+
+def ready(dtype: torch.dtype) -> bool:
+    """Whether the last :func:`prepare` left the kernel serving ``dtype`` (no side effect: safe in
+    compiled code, where Dynamo guards on :data:`READY`)."""
+    return dtype in READY
+
+
+__all__ = ["ENV_SWITCH", "READY", "prepare", "ready"]

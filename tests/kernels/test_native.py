@@ -1,0 +1,235 @@
+"""The native CPU kernel of the decoding products (``torch.ops.plga.rows_linear``,
+kernels/csrc/rows_linear.cpp, loaded by :mod:`plga.kernels.native`).
+
+Its contract: b + x Wᵀ with products and sums in float32 and one rounding to the output dtype.
+Every result is checked against the exact float64 product of the same (rounded) inputs with the
+error bound that contract implies, over shapes that exercise every path of the kernel (groups of
+1–4 rows of x, blocks of 4 rows of W and the remainder rows, K tails of every length). Negative
+controls show the bound catches a dropped K tail, a dropped remainder row and swapped rows of x.
+The model-level tests decode batches through it (plain and captured) and check that it ran.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from plga.kernels import PLDRModel, native
+from plga.kernels.packed import pack_rows, packed_linear
+from plga.reference.config import PLDRConfig
+
+from .kernel_helpers import model_pair
+from .policy import K_CHAIN, assert_rel_close, assert_within_policy, within_policy
+
+DTYPES = [torch.float32, torch.bfloat16]
+#: Unit roundoff of the output rounding, per dtype.
+OUT_U = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8}
+
+
+def _served(dtype: torch.dtype) -> bool:
+    return native.prepare(dtype)
+
+
+needs = {d: pytest.mark.skipif(not _served(d), reason=f"the native kernel does not serve {d} on this CPU") for d in DTYPES}
+
+
+def _inputs(m: int, n: int, k: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    g = torch.Generator().manual_seed(seed)
+    x, w, b = (torch.randn(*s, generator=g, dtype=torch.float64).to(dtype) for s in ((m, k), (n, k), (n,)))
+    return x, w, b
+
+
+def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> int:
+    """Entries of ``out`` outside the contract's bound around the exact product of the inputs:
+    |out − t| ≤ u_out·|t| + (K + 2)·2⁻²⁴·(Σ|x||w| + |b|) + tiny, t = b + x Wᵀ in float64."""
+    xd, wd, bd = x.double(), w.double(), b.double()
+    truth = bd + xd @ wd.T  # [M, N]
+    mass = bd.abs() + xd.abs() @ wd.abs().T
+    k = x.shape[1]
+    bound = OUT_U[out.dtype] * truth.abs() + (k + 2) * 2.0**-24 * mass + 1e-30
+    return int(((out.double() - truth).abs() > bound).sum())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 15), (4, 16), (7, 17), (37, 31), (64, 32), (130, 33), (9, 100), (257, 256), (40, 683)])
+def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k):
+    if not _served(dtype):
+        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+    x, w, b = _inputs(m, n, k, dtype, seed=1000 * m + 10 * n + k)
+    out = torch.ops.plga.rows_linear(x, w, b)
+    assert out.dtype == dtype and out.shape == (m, n) and out.is_contiguous()
+    assert _violations(out, x, w, b) == 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
+def test_negative_controls_the_bound_catches_dropped_and_swapped_work(dtype):
+    """What a broken kernel would return — the K tail skipped, the last (remainder) row of W
+    skipped, two rows of x swapped — is outside the bound the kernel itself meets."""
+    if not _served(dtype):
+        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+    x, w, b = _inputs(5, 7, 35, dtype, seed=7)  # 7 = one block of 4 + 3 remainder rows; 35 = tails
+    x[:, -1], w[:, -1] = 1.0, 4.0  # the tail column matters
+    assert _violations(torch.ops.plga.rows_linear(x, w, b), x, w, b) == 0
+    xd, wd, bd = x.double(), w.double(), b.double()
+    no_tail = (bd + xd[:, :-1] @ wd[:, :-1].T).to(dtype)
+    no_last_row = (bd + xd @ wd.T).to(dtype)
+    no_last_row[:, -1] = b[-1]
+    swapped = torch.ops.plga.rows_linear(x[[1, 0, 2, 3, 4]], w, b)
+    for wrong in (no_tail, no_last_row, swapped):
+        assert _violations(wrong, x, w, b) > 0
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
+def test_empty_sizes_strided_inputs_and_refusals(dtype):
+    if not _served(dtype):
+        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+    op = torch.ops.plga.rows_linear
+    x, w, b = _inputs(3, 6, 20, dtype, seed=3)
+    assert op(x[:0], w, b).shape == (0, 6)
+    assert op(x, w[:0], b[:0]).shape == (3, 0)
+    assert torch.equal(op(x[:, :0], w[:, :0], b), b.expand(3, 6))  # K = 0: the bias
+    xt = x.T.contiguous().T  # the same values, column-major
+    assert not xt.is_contiguous() and torch.equal(op(xt, w, b), op(x, w, b))
+    with pytest.raises(RuntimeError, match="share one dtype"):
+        op(x, w.double() if dtype == torch.float32 else w.float(), b)
+    with pytest.raises(RuntimeError, match="disagree"):
+        op(x, w[:, :5], b)
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        op(x.double(), w.double(), b.double())
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
+def test_the_same_result_inside_a_compiled_graph(dtype):
+    """Inside torch.compile the kernel is an opaque call (its shape function is the fake
+    registration): the graph returns exactly what the eager call does."""
+    if not _served(dtype):
+        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+    x, w, b = _inputs(3, 50, 40, dtype, seed=5)
+
+    def f(x, w, b):
+        return torch.nn.functional.silu(torch.ops.plga.rows_linear(x * 2, w, b))
+
+    got = torch.compile(f, fullgraph=True, dynamic=False)(x, w, b)
+    assert torch.equal(got, f(x, w, b))
+
+
+def test_packed_linear_dispatch():
+    """Few-row products on the row layout run the kernel where it serves the dtype; one float32
+    row keeps the GEMV; more than PACKED_SMALL_M rows run the GEMM."""
+    if not (_served(torch.float32) and _served(torch.bfloat16)):
+        pytest.skip("the native kernel does not serve both dtypes on this CPU")
+    from torch.profiler import profile
+
+    def ran_native(x: torch.Tensor, dtype: torch.dtype) -> bool:
+        w, bias, n = pack_rows(*(t.to(dtype) for t in _inputs(1, 40, 24, torch.float64, seed=9)[1:]))
+        with profile() as prof:
+            out = packed_linear(x.to(dtype), w, bias, n)
+        assert out.shape == (x.shape[0], 40)
+        return any(e.key == "plga::rows_linear" for e in prof.key_averages())
+
+    x = torch.randn(8, 24)
+    assert ran_native(x, torch.bfloat16) and ran_native(x, torch.float32)
+    assert ran_native(x[:1], torch.bfloat16) and not ran_native(x[:1], torch.float32)
+    assert not ran_native(torch.randn(17, 24), torch.bfloat16)
+
+
+# --- decoding through the kernel ----------------------------------------------------------------
+
+PROMPTS = torch.tensor([[5, 9, 1, 30, 2, 7], [0, 0, 3, 4, 5, 6], [0, 8, 8, 2, 6, 1]])
+
+
+def _generate(model: PLDRModel, captured: bool, n: int = 6):
+    from torch.profiler import profile
+
+    model.compile_decode = captured
+    try:
+        with profile() as prof:
+            out = model.generate(PROMPTS, n, "kvg", return_step_logits=True)
+    finally:
+        model.compile_decode = False
+    return out, any(e.key == "plga::rows_linear" for e in prof.key_averages())
+
+
+@needs[torch.float32]
+def test_float32_batch_decoding_through_the_kernel_equals_the_plain_path():
+    """A batch of three with padding, captured (row layout: the kernel) against plain steps
+    (column blocks): the same tokens, logits within float32 rounding; and the kernel ran."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 31, dtype=torch.float32)
+    plain, plain_native = _generate(model, captured=False)
+    got, ran = _generate(model, captured=True)
+    assert ran and not plain_native
+    assert torch.equal(got.tokens, plain.tokens)
+    assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=1e-5, name="float32 batch")
+
+
+def _teacher_forced(model: PLDRModel, prompt: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
+    """Last-position logits of the prompt pass and of a kvg step per forced token → [B, N, V]."""
+    b, n = forced.shape
+    with torch.inference_mode():
+        cache = model.new_cache(b, prompt.shape[1] + n)
+        out = [model(prompt, logits="last", cache=cache).logits]
+        for i in range(n - 1):
+            out.append(model.step(forced[:, i : i + 1], cache, "kvg"))
+    return torch.stack(out, 1)
+
+
+@needs[torch.bfloat16]
+def test_bfloat16_batch_steps_through_the_kernel_within_policy():
+    """bf16 steps of a batch of two (the kernel's few-row products) fed the same tokens as the
+    float64 model, within the conformance policy of its logits (baselines: the suite's eager
+    bf16 decoders). The golden prompt's bf16 steps (batch 1) are held to it in test_low_precision."""
+    from .test_low_precision import _baseline_steps
+
+    params, model = model_pair(PLDRConfig.from_name("tiny"), 32, dtype=torch.bfloat16)
+    exact = PLDRModel.from_reference(params, model.config, dtype=torch.float64)
+    prompt, forced = torch.tensor([[5, 9, 1, 30, 2, 7], [3, 3, 4, 5, 6, 1]]), torch.tensor([[4, 8, 15, 16], [23, 2, 11, 9]])
+    from torch.profiler import profile
+
+    with profile() as prof:
+        got = _teacher_forced(model, prompt, forced)
+    assert any(e.key == "plga::rows_linear" for e in prof.key_averages())
+    truth = _teacher_forced(exact, prompt, forced)
+    base = _baseline_steps(params, model.config, prompt, forced, "kvg")
+    assert_within_policy(got, truth, base, k=K_CHAIN, name="bf16 batch step logits")
+    assert not within_policy(_teacher_forced(model, prompt, forced.flip(0)), truth, base, k=K_CHAIN)  # negative control
+
+
+@needs[torch.bfloat16]
+def test_bfloat16_captured_batch_equals_plain_steps():
+    """Captured bf16 steps of a padded batch run the same kernel as the plain steps: the same
+    tokens, logits within a few bf16 roundings of their scale; and the kernel ran in both."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 34, dtype=torch.bfloat16)
+    plain, plain_ran = _generate(model, captured=False)
+    got, ran = _generate(model, captured=True)
+    assert ran and plain_ran
+    assert torch.equal(got.tokens, plain.tokens)
+    err = (got.step_logits.double() - plain.step_logits.double()).abs().amax().item()
+    assert err <= 4 * 2.0**-8 * plain.step_logits.double().abs().amax().item()
+
+
+def test_without_the_kernel_the_portable_paths_serve(monkeypatch, capsys):
+    """PLGA_NATIVE=0, a CPU without the instructions, or a failed build: prepare() says no, no
+    product runs the kernel, and a failed build leaves one note on stderr."""
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    assert not native.prepare(torch.bfloat16) and not native.ready(torch.bfloat16)
+    monkeypatch.delenv(native.ENV_SWITCH)
+
+    monkeypatch.setattr(native, "_state", {"tried": False, "serves": frozenset()})
+    monkeypatch.setattr(native, "_cpu_flags", lambda: set())
+    built = []
+    monkeypatch.setattr(native, "_build", lambda: built.append(1))
+    assert not native.prepare(torch.float32) and not built  # no instructions: no build attempted
+
+    def broken() -> None:
+        raise RuntimeError("Ninja is required to load C++ extensions")
+
+    monkeypatch.setattr(native, "_state", {"tried": False, "serves": frozenset()})
+    monkeypatch.setattr(native, "_cpu_flags", lambda: {"avx512f", "avx512bw", "avx512_bf16"})
+    monkeypatch.setattr(native, "_build", broken)
+    assert not native.prepare(torch.bfloat16) and not native.prepare(torch.bfloat16)
+    err = capsys.readouterr().err
+    assert err.count("native CPU kernel is unavailable") == 1 and "Ninja is required" in err
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 33, dtype=torch.bfloat16)
+    out, ran = _generate(model, captured=False, n=3)
+    assert not ran and out.tokens.shape == (3, 9)
