@@ -28,6 +28,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import native
+from .capture import RECOMPILE_LIMIT
 
 #: A packed product: column blocks [P, K, N'/P] and bias [P, 1, N'/P] (:func:`pack_linear`), or
 #: rows [N', K] and bias [N'] (:func:`pack_rows`, low precision on the CPU); the true width N.
@@ -93,6 +94,7 @@ def _gemv(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
 
 
 _compiled_gemv: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
+_gemv_shapes: set[tuple[Any, ...]] = set()
 
 
 def rows_gemv(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
@@ -102,7 +104,14 @@ def rows_gemv(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     global _compiled_gemv
     if _compiled_gemv is None:
         _compiled_gemv = torch.compile(_gemv, dynamic=False)
-    return _compiled_gemv(x, w, b)
+    key = (x.shape, w.shape, x.dtype, w.dtype)
+    if key in _gemv_shapes:
+        return _compiled_gemv(x, w, b)
+    # a new shape compiles: past Dynamo's default limit (8 entries) it would run eagerly, with a warning
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
+        out = _compiled_gemv(x, w, b)
+    _gemv_shapes.add(key)
+    return out
 
 
 def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = False) -> Tensor:
@@ -111,16 +120,14 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     Column blocks, up to :data:`PACKED_SMALL_M` rows: one ``baddbmm`` over the blocks (a free
     view when M = 1); more rows: one GEMM per block, each written in place into its columns of
     the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
-    where it serves the dtype, but for one row inside a captured step or in float32, where the
-    GEMVs below measured as fast or faster in a decoding step; else the GEMV fused into a
-    captured step, or for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows:
-    ``F.linear``.
+    where it serves the dtype, but for one row inside a captured step, where the GEMV fused into
+    the graph measured as fast or faster; else the fused GEMV in a captured step, or for one
+    row with ``compiled`` the compiled :func:`rows_gemv`. More rows: ``F.linear``.
     """
     if w.ndim == 2:
         m = x.shape[0]
         capturing = torch.compiler.is_compiling()
-        one_row_gemv = m == 1 and (capturing or w.dtype == torch.float32)  # measured as fast or faster
-        if m <= PACKED_SMALL_M and native.ready(w.dtype) and not one_row_gemv:
+        if m <= PACKED_SMALL_M and native.ready(w.dtype) and not (capturing and m == 1):
             out = torch.ops.plga.rows_linear(x, w, b)  # an opaque call inside a captured step
         elif capturing and m <= PACKED_SMALL_M:  # fused into the captured step
             out = _gemv(x, w, b)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import inspect
+import math
 import os
 import sys
 from collections.abc import Callable, Iterable, Mapping, Sequence
@@ -107,11 +108,24 @@ class GenerateOutput:
     step_logits: Any
 
 
+#: The largest ``Adapter.time_scale`` honoured (an hour per check in the quick profile).
+MAX_TIME_SCALE = 60.0
+
+
+def time_scale_of(adapter: Any) -> float:
+    """``adapter.time_scale`` clamped to [1, :data:`MAX_TIME_SCALE`]; 1 when it is not a finite number."""
+    try:
+        scale = float(getattr(adapter, "time_scale", 1.0))
+    except Exception:  # a foreign attribute of any type (or a property that raises)
+        return 1.0
+    return min(max(scale, 1.0), MAX_TIME_SCALE) if math.isfinite(scale) else 1.0
+
+
 class Adapter:
     """Base class of adapters. Override the operations you provide and declare them.
 
     Attributes: ``name``, ``version``, ``device`` (``"cpu"``, ``"cuda"``), ``dtypes``,
-    ``capabilities`` and ``dtype_policy`` (one line for the report header).
+    ``capabilities``, ``dtype_policy`` (one line for the report header) and ``time_scale``.
     """
 
     name: str = "unnamed"
@@ -122,6 +136,10 @@ class Adapter:
     dtype_policy: str = "computes in the input dtype"
     #: The string that selected this adapter (set by :func:`resolve_impl`).
     spec: str = ""
+    #: The multiple of the profile's time limit per check this implementation needs, 1 to
+    #: :data:`MAX_TIME_SCALE` (one that compiles every new shape pays those compilations inside
+    #: the checks); ``--check-timeout`` overrides the limit whatever the adapter declares.
+    time_scale: float = 1.0
 
     def provides(self, capability: str) -> bool:
         return capability in self.capabilities or capability in self.dtypes

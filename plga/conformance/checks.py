@@ -32,7 +32,7 @@ from ..reference.spec import causal_support
 from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
-from .adapter import Adapter, SkipCheck
+from .adapter import Adapter, SkipCheck, time_scale_of
 from .guard import call_operation, time_limit
 from .profiles import GROUPS
 from .tolerance import ConformanceFailure, assert_bitwise_equal, assert_conforms, compare, k_for
@@ -133,7 +133,8 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     """Run one registered check (raises SkipCheck / AssertionError / CheckTimeout as the check
     does) under its time limit; returns the context with the coverage it recorded.
 
-    ``timeout``: seconds for the whole check (default: the profile's, :data:`profiles.CHECK_TIMEOUT`);
+    ``timeout``: seconds for the whole check (default: the profile's, :data:`profiles.CHECK_TIMEOUT`,
+    times the adapter's ``time_scale``);
     ``on_stuck``: reports a check that cannot be interrupted before the process ends
     (:func:`plga.conformance.guard.time_limit`).
     """
@@ -152,7 +153,7 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     # spin-wait stalls of an oversubscribed machine. $PLGA_NUM_THREADS overrides; restored after.
     old = torch.get_num_threads()
     torch.set_num_threads(int(os.environ.get("PLGA_NUM_THREADS", "1")))
-    limit = profiles.CHECK_TIMEOUT[prof] if timeout is None else timeout
+    limit = profiles.CHECK_TIMEOUT[prof] * time_scale_of(adapter) if timeout is None else timeout
     try:
         with time_limit(limit, f"check {ctx.check_id}", on_stuck):
             check.fn(ctx)

@@ -108,3 +108,34 @@ def test_captured_decoding_passes_the_generation_checks():
     report = check_kernel(resolve_impl("kernels-captured"), dtypes=("float32",), profile="quick", shrink=False, checks=checks)
     assert report.passed, report.summary() + "\n\n" + "\n\n".join(r.message for r in report.failures)
     assert report.counts()["passed"] > 0
+
+
+def test_an_adapter_time_scale_widens_the_time_limit_within_bounds(monkeypatch):
+    """``time_scale`` multiplies the profile's limit (clamped to [1, 60]; nonsense is 1), and an
+    explicit timeout still wins: with a 1 s profile limit a check sleeping 1.5 s fails at scale 1
+    and passes at scale 3."""
+    import time
+
+    from plga.conformance import profiles
+    from plga.conformance.adapter import MAX_TIME_SCALE, Adapter, time_scale_of
+    from plga.conformance.checks import Check, run_check
+    from plga.conformance.guard import CheckTimeout
+
+    class Sleepy(Adapter):
+        name = "sleepy"
+        capabilities = frozenset({"attention"})
+
+    for value, want in ((5, 5.0), (0.2, 1.0), (1e9, MAX_TIME_SCALE), (float("nan"), 1.0), ("x", 1.0), (None, 1.0)):
+        a = Sleepy()
+        a.time_scale = value
+        assert time_scale_of(a) == want
+    monkeypatch.setitem(CHECKS, "_sleep", Check("_sleep", "attention", lambda ctx: time.sleep(1.5), ("attention",), "", ("float32",)))
+    monkeypatch.setitem(profiles.CHECK_TIMEOUT, "quick", 1.0)
+    a = Sleepy()
+    with pytest.raises(CheckTimeout):
+        run_check(a, "_sleep", "float32", profile="quick")
+    a.time_scale = 3.0
+    run_check(a, "_sleep", "float32", profile="quick")
+    with pytest.raises(CheckTimeout):
+        run_check(a, "_sleep", "float32", profile="quick", timeout=1.0)
+    assert resolve_impl("kernels-captured").time_scale > 1 and time_scale_of(resolve_impl("kernels")) == 1.0
