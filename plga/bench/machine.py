@@ -9,7 +9,9 @@
   vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
   in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), and in the kernels'
   packed layout (:func:`plga.kernels.packed.pack_linear`: one column block per thread,
-  one batched product), to show what a GEMV actually reaches against the streaming bound.
+  one batched product), to show what a GEMV actually reaches against the streaming bound;
+  the same product in bfloat16 through ``F.linear`` and, where it serves, the native kernel
+  (:mod:`plga.kernels.native`).
 On CUDA every timed region is closed by ``torch.cuda.synchronize()``; CUDA is touched only
 when ``device`` is ``"cuda"``.
 """
@@ -97,6 +99,14 @@ def measure_limits(
     packed = pack_linear(wt, torch.zeros(32000, device=dev), parts)
     ts = time_runs(lambda: packed_linear(v, *packed), max(runs, 10), 3, device)
     out["gemv_packed_layout"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9, "parts": parts}
+    wl, vl, zl = w.bfloat16(), v.bfloat16(), torch.zeros(32000, device=dev, dtype=torch.bfloat16)
+    ts = time_runs(lambda: torch.nn.functional.linear(vl, wl, zl), max(runs, 10), 3, device)
+    out["gemv_bf16_linear"] = {**summary(ts), "gbps_best": wbytes / 2 / min(ts) / 1e9}
+    from ..kernels import native
+
+    if dev.type == "cpu" and native.prepare(torch.bfloat16):
+        ts = time_runs(lambda: torch.ops.plga.rows_linear(vl, wl, zl), max(runs, 10), 3, device)
+        out["gemv_bf16_native"] = {**summary(ts), "gbps_best": wbytes / 2 / min(ts) / 1e9}
     # the numbers the bench divides by
     out["peak_gflops"] = out[f"matmul_{dtype}"]["gflops_best"]
     out["peak_gflops_float32"] = out["matmul_float32"]["gflops_best"]

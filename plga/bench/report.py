@@ -144,6 +144,8 @@ def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None) -> 
                 f"copy {lim['copy']['gbps_best']:.1f} GB/s; GEMV 32000×896 float32: nn.Linear layout "
                 f"{lim['gemv_linear_layout']['gbps_best']:.1f} GB/s, transposed {lim['gemv_transposed_layout']['gbps_best']:.1f} GB/s"
                 + (f", packed ({packed['parts']} blocks) {packed['gbps_best']:.1f} GB/s" if packed else "")
+                + (f"; bfloat16: nn.Linear layout {bl['gbps_best']:.1f} GB/s" if (bl := lim.get("gemv_bf16_linear")) else "")
+                + (f", native kernel {bn['gbps_best']:.1f} GB/s" if (bn := lim.get("gemv_bf16_native")) else "")
                 + f"; NumPy float64 matmul {lim.get('numpy_float64_matmul_gflops', 0):.1f} GFLOP/s")
     out = "machine limits (start): " + one(limits)
     if end:
