@@ -37,12 +37,22 @@ _NAME = "plga_rows_linear"
 #: CPU flags (``/proc/cpuinfo``) each dtype's kernel needs.
 _NEEDS = {torch.float32: ("avx512f",), torch.bfloat16: ("avx512f", "avx512bw", "avx512_bf16")}
 
-torch.library.define("plga::rows_linear", "(Tensor x, Tensor w, Tensor b) -> Tensor")
-
-
-@torch.library.register_fake("plga::rows_linear")
 def _rows_linear_shape(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[0], w.shape[0])  # [M, N]
+
+
+def _define() -> None:
+    """The op's schema and shape function, once per process (a reloaded module finds them)."""
+    try:
+        torch.ops.plga.rows_linear  # noqa: B018 - raises while undefined
+        return
+    except (AttributeError, RuntimeError):
+        pass
+    torch.library.define("plga::rows_linear", "(Tensor x, Tensor w, Tensor b) -> Tensor")
+    torch.library.register_fake("plga::rows_linear")(_rows_linear_shape)
+
+
+_define()
 
 
 _lock = threading.Lock()

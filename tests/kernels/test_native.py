@@ -233,3 +233,11 @@ def test_without_the_kernel_the_portable_paths_serve(monkeypatch, capsys):
     _, model = model_pair(PLDRConfig.from_name("tiny"), 33, dtype=torch.bfloat16)
     out, ran = _generate(model, captured=False, n=3)
     assert not ran and out.tokens.shape == (3, 9)
+
+
+def test_the_op_is_defined_once_per_process():
+    """Reloading the module finds the schema already there (a second define would raise)."""
+    import importlib
+
+    importlib.reload(native)
+    assert callable(torch.ops.plga.rows_linear)
