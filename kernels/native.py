@@ -37,6 +37,7 @@ _NAME = "plga_rows_linear"
 #: CPU flags (``/proc/cpuinfo``) each dtype's kernel needs.
 _NEEDS = {torch.float32: ("avx512f",), torch.bfloat16: ("avx512f", "avx512bw", "avx512_bf16")}
 
+
 def _rows_linear_shape(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return x.new_empty(x.shape[0], w.shape[0])  # [M, N]
 
@@ -53,7 +54,6 @@ def _define() -> None:
 
 
 _define()
-
 
 _lock = threading.Lock()
 _state: dict[str, object] = {"tried": False, "serves": frozenset()}
