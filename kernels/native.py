@@ -33,7 +33,8 @@ import torch
 #: Environment switch: ``PLGA_NATIVE=0`` keeps every product on the portable paths (A/B runs).
 ENV_SWITCH = "PLGA_NATIVE"
 _SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
-_NAME = "plga_rows_linear"
+#: The library's name carries torch's version: a library built against another torch is never loaded.
+_NAME = "plga_rows_linear_torch" + "".join(c if c.isalnum() else "_" for c in torch.__version__)
 #: CPU flags (``/proc/cpuinfo``) each dtype's kernel needs.
 _NEEDS = {torch.float32: ("avx512f",), torch.bfloat16: ("avx512f", "avx512bw", "avx512_bf16")}
 
