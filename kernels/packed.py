@@ -8,11 +8,11 @@ so that a batch-1 decoding GEMV streams on every core (the CPU BLAS runs a GEMV 
 In bfloat16 / float16 on the CPU, and in every dtype with the opt-in ``compile_decode``, the
 copies keep the ``nn.Linear`` row layout W [N, K] instead (:func:`pack_rows`): the GEMMs run
 at the same rate on either layout, and a product of a few rows over rows of W is a contiguous
-dot product per output. One row runs the compiled GEMV (:func:`rows_gemv`, or fused into a
-captured step: bench machine, 2 threads, 32000 × 896 float32 52–76 GB/s against 18 for
-``F.linear`` and 49 for the column blocks); bfloat16 rows and batches of up to
-:data:`PACKED_SMALL_M` rows run the native kernel (:mod:`.native`; torch's bfloat16 GEMV and
-its few-row GEMMs convert every element or re-read W per row).
+dot product per output. Up to :data:`PACKED_SMALL_M` rows run the native kernel (:mod:`.native`;
+torch's bfloat16 GEMV and its few-row GEMMs convert every element or re-read W per row), except
+one row inside a captured step, which runs the GEMV fused into the graph (bench machine, 2
+threads, 32000 × 896 float32: 52–76 GB/s against 18 for ``F.linear`` and 49 for the column
+blocks). Without the native kernel, one row runs the compiled GEMV (:func:`rows_gemv`).
 
 The copies are never in the state dict; they are rebuilt when a parameter changes (storage or
 in-place version counter) and dropped when the model is moved or cast.
