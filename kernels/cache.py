@@ -38,7 +38,9 @@ class DecodeCache:
 class RopeTables:
     """cos/sin tables built in float64 up to the positions a pass needs (never the whole
     ``max_seq_len`` at once: a hostile context length must not allocate), cached per device
-    and chain dtype."""
+    and chain dtype. They are always built as normal tensors, also inside ``inference_mode``
+    (:meth:`PLDRModel.generate`): an inference tensor in the cache would make every later
+    forward with autograd fail ("Inference tensors cannot be saved for backward")."""
 
     def __init__(self, config: PLDRConfig) -> None:
         self.config = config
@@ -53,7 +55,8 @@ class RopeTables:
         if end > self._length:
             c = self.config
             self._length = min(c.max_seq_len, max(256, 1 << (end - 1).bit_length()))
-            self._tables = {"f64": KF.rope_tables(self._length, c.depth, c.rope_base)}
+            with torch.inference_mode(False):
+                self._tables = {"f64": KF.rope_tables(self._length, c.depth, c.rope_base)}
 
     def slice(self, start: int, length: int, device: torch.device, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         """cos, sin [length, d/2] for positions start … start + length − 1, in the chain dtype."""
@@ -63,7 +66,8 @@ class RopeTables:
         self._ensure(end)
         key = (device, KF.chain_dtype(dtype))
         if key not in self._tables:
-            self._tables[key] = tuple(t.to(device=device, dtype=key[1]) for t in self._tables["f64"])
+            with torch.inference_mode(False):
+                self._tables[key] = tuple(t.to(device=device, dtype=key[1]) for t in self._tables["f64"])
         cos, sin = self._tables[key]
         return cos[start:end], sin[start:end]
 
@@ -74,7 +78,8 @@ class RopeTables:
         cis = self._tables.get(key)
         if cis is None or cis.shape[0] < self._length:
             full_cos, full_sin = self.slice(0, self._length, device, dtype)
-            cis = self._tables[key] = torch.complex(full_cos, full_sin)
+            with torch.inference_mode(False):
+                cis = self._tables[key] = torch.complex(full_cos, full_sin)
         return cis[start : start + length]
 
 

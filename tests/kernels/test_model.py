@@ -255,6 +255,21 @@ def test_gradients_flow_through_whole_chain():
         assert p.grad is not None and torch.isfinite(p.grad).all() and p.grad.abs().sum() > 0
 
 
+@pytest.mark.parametrize("mode", ["nocache", "kv", "kvg", "collapsed"])
+def test_gradients_after_generation(mode):
+    """Generation runs in inference mode; what it leaves cached on the model (rotation tables,
+    packed copies) must not break a later forward with autograd (regression: the RoPE tables
+    were inference tensors and every backward failed)."""
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 10)
+    tokens = torch.tensor([[5, 9, 1, 30, 2, 7]])
+    model.generate(tokens[:, :3], 3, mode, G="identity" if mode == "collapsed" else None)
+    model.score_loglikelihood(tokens)
+    logits = model(tokens).logits
+    torch.nn.functional.cross_entropy(logits[0, :-1], tokens[0, 1:]).backward()
+    assert model.decoder.dec_layers[0].mha1.wq.weight.grad is not None
+
+
 # --- loading and saving ----------------------------------------------------------------------
 
 
