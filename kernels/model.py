@@ -46,7 +46,7 @@ from .cache import DecodeCache, LayerCache, RopeTables
 from .collapse import CollapseReport, collapse_statistics
 from .finite import DEDUCTIVE, FiniteGuard
 from .modules import LOW_PRECISION, PLDRDecoder
-from .packed import Packed, PackedWeights, packed_linear
+from .packed import Packed, PackedWeights, intra_op_threads, packed_linear
 
 GLike = Any  # None | "identity" | tensor/array [L, H, d, d] or [L, B, H, d, d] | list of [H, d, d] / [B, H, d, d]
 
@@ -132,6 +132,12 @@ class PLDRModel(nn.Module):
     #: break-even). The captured step is certified like the rest: ``plga conformance --impl
     #: kernels-captured``.
     compile_decode: bool = False
+    #: Intra-op threads of the vocabulary projection (None: the process setting). A caller that
+    #: runs the model's many small operations on fewer threads than the machine has (the
+    #: audit's cap for small models, where a parallel region lasts microseconds) keeps this
+    #: product — the largest of a step, milliseconds long — on every core. Ignored inside a
+    #: captured step.
+    vocab_threads: int | None = None
 
     def __init__(self, config: PLDRConfig, *, collapsed: bool = False) -> None:
         super().__init__()
@@ -378,7 +384,7 @@ class PLDRModel(nn.Module):
         weights = [self._packed.layer(i, layer.mha1, layer.ffn, self.device, rows) for i, layer in enumerate(self.decoder.dec_layers)]
         if any(w is None for w in weights):  # inference-mode parameters: no version to track
             return {"rope": None}
-        return {"rope": rope, "weights": weights, "final": self._packed.final(self.final_layer, self.device, rows)}
+        return {"rope": rope, "weights": weights, "final": self._packed.final(self.final_layer, self.device, rows, self.vocab_threads)}
 
     def _rope_tables(self, start: int, s: int, dtype: torch.dtype, real: bool = False) -> tuple[Tensor, ...]:
         """The rotation of the packed path for rows [B, S, 2, H, d/2]: interleaved pairs as one
@@ -505,8 +511,15 @@ class PLDRModel(nn.Module):
         return self.decoder.layernorm1(x)
 
     def _project(self, h: Tensor, logits: Any, final: Packed | None = None) -> Tensor | None:
+        """Logits of ``h`` [B, S, D] at the positions ``logits`` selects, on :attr:`vocab_threads`."""
         if logits is None:
             return None
+        if torch.compiler.is_compiling():
+            return self._project_on(h, logits, final)
+        with intra_op_threads(self.vocab_threads):
+            return self._project_on(h, logits, final)
+
+    def _project_on(self, h: Tensor, logits: Any, final: Packed | None) -> Tensor | None:
         if isinstance(logits, str):
             if logits == "all":
                 return self.final_layer(h)
@@ -723,7 +736,7 @@ class PLDRModel(nn.Module):
             h = self.forward(tokens, logits=None, G=G).hidden  # [B, S, D]
             for c0 in range(0, s - 1, chunk):
                 c1 = min(c0 + chunk, s - 1)
-                logp = torch.log_softmax(self.final_layer(h[:, c0:c1]).to(torch.float64), dim=-1)
+                logp = torch.log_softmax(self._project(h[:, c0:c1], "all").to(torch.float64), dim=-1)
                 out[:, c0:c1] = logp.gather(-1, targets[:, c0:c1, None])[..., 0]
         elif mode == "online":
             for t in range(1, s):

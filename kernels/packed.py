@@ -20,7 +20,8 @@ in-place version counter) and dropped when the model is moved or cast.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
@@ -38,10 +39,26 @@ _LOW_PRECISION = (torch.bfloat16, torch.float16)
 PACKED_SMALL_M = 16
 
 
-def packed_parts(device: torch.device) -> int:
-    """Column blocks of a packed product on ``device``: one per intra-op thread (at most 8) on
-    the CPU, where the BLAS runs a GEMV on one core; one elsewhere."""
-    return max(1, min(torch.get_num_threads(), 8)) if device.type == "cpu" else 1
+def packed_parts(device: torch.device, threads: int | None = None) -> int:
+    """Column blocks of a packed product on ``device``: one per intra-op thread (``threads``, or
+    the current setting; at most 8) on the CPU, where the BLAS runs a GEMV on one core; one
+    elsewhere."""
+    return max(1, min(threads or torch.get_num_threads(), 8)) if device.type == "cpu" else 1
+
+
+@contextlib.contextmanager
+def intra_op_threads(n: int | None) -> Iterator[None]:
+    """torch's intra-op threads set to ``n`` inside the block (None or the current value: no
+    change); the previous setting is restored on exit."""
+    old = torch.get_num_threads()
+    if n is None or n == old:
+        yield
+        return
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)
 
 
 def pack_linear(wt: Tensor, b: Tensor, parts: int, align: int = 16) -> Packed:
@@ -242,11 +259,12 @@ class PackedWeights:
 
         return self.get(i, params, build, (parts, rows))  # type: ignore[return-value]
 
-    def final(self, final_layer: nn.Linear, device: torch.device, compiled: bool = False) -> Packed | None:
-        """The vocabulary projection, packed (a GEMV when decoding)."""
+    def final(self, final_layer: nn.Linear, device: torch.device, compiled: bool = False, threads: int | None = None) -> Packed | None:
+        """The vocabulary projection, packed (a GEMV when decoding); column blocks for ``threads``
+        intra-op threads (None: the current setting)."""
         fl = final_layer
         rows = uses_rows(device, fl.weight.dtype, compiled)
-        parts = 1 if rows else packed_parts(device)
+        parts = 1 if rows else packed_parts(device, threads)
 
         def build() -> tuple[Packed]:
             return (pack_rows(fl.weight, fl.bias) if rows else pack_linear(fl.weight.t(), fl.bias, parts),)
@@ -256,6 +274,6 @@ class PackedWeights:
 
 
 __all__ = [
-    "PACKED_SMALL_M", "Packed", "PackedWeights", "pack_linear", "pack_rows", "packed_linear", "packed_parts", "rows_gemv",
+    "PACKED_SMALL_M", "Packed", "PackedWeights", "intra_op_threads", "pack_linear", "pack_rows", "packed_linear", "packed_parts", "rows_gemv",
     "uses_rows",
 ]

@@ -18,13 +18,14 @@ kernels do not expose is assembled from their public pieces:
 Arrays come back as NumPy float64. On the CPU, a small model (d_model ≤
 :data:`SMALL_D_MODEL`) runs each call on one intra-op thread: at those shapes a second thread
 gains at most 1.4× on free cores and costs 15× when the cores are shared (``docs/audit.md``).
+The vocabulary projection keeps the process's threads (``PLDRModel.vocab_threads``): a
+float64 GEMV over 32000 words takes a millisecond, long enough for a second core to pay.
 """
 
 from __future__ import annotations
 
-import contextlib
 import functools
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,6 +36,7 @@ import torch.nn.functional as F
 from ..errors import InputError, UsageError
 from ..kernels import PLDRModel
 from ..kernels import functional as KF
+from ..kernels.packed import intra_op_threads
 from ..reference.config import PLDRConfig
 from .interface import DEDUCTIVE, MODES, ForwardOut, LayerProbe
 
@@ -44,26 +46,15 @@ _DT = {"float64": torch.float64, "float32": torch.float32}
 SMALL_D_MODEL = 256
 
 
-@contextlib.contextmanager
-def _thread_cap(n: int | None) -> Iterator[None]:
-    """At most ``n`` torch intra-op threads inside the block (the process setting is restored)."""
-    old = torch.get_num_threads()
-    if n is None or n >= old:
-        yield
-        return
-    torch.set_num_threads(n)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(old)
-
-
 def _call(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """A backend call: inference mode, under the backend's thread cap."""
+    """A backend call: inference mode, on at most the backend's thread cap."""
 
     @functools.wraps(fn)
     def wrapper(self: TorchBackend, *args: Any, **kwargs: Any) -> Any:
-        with _thread_cap(self.thread_cap), torch.inference_mode():
+        threads = torch.get_num_threads()
+        cap = None if self.thread_cap is None else min(self.thread_cap, threads)
+        self.model.vocab_threads = None if cap is None else threads  # the vocabulary keeps the process's threads
+        with intra_op_threads(cap), torch.inference_mode():
             return fn(self, *args, **kwargs)
 
     return wrapper

@@ -153,22 +153,26 @@ def test_auto_rule():
 
 
 def test_small_cpu_models_run_on_one_thread(pair):
-    """Inside a call the torch backend of a small CPU model uses one intra-op thread; the setting is restored."""
+    """Inside a call the torch backend of a small CPU model uses one intra-op thread, but for the
+    vocabulary projection, which keeps the process's threads; the setting is restored."""
     from plga.audit.torch_backend import SMALL_D_MODEL
 
     _, tb = pair
     assert CONFIG.d_model <= SMALL_D_MODEL and tb.thread_cap == 1
-    seen = []
-    hook = tb.model.decoder.dec_layers[0].mha1.wq.register_forward_hook(lambda *_: seen.append(torch.get_num_threads()))
+    seen: dict[str, list[int]] = {"layer": [], "vocab": []}
+    hooks = [m.register_forward_hook(lambda *_, k=k: seen[k].append(torch.get_num_threads()))
+             for k, m in (("layer", tb.model.decoder.dec_layers[0].mha1.wq), ("vocab", tb.model.final_layer))]
     before = torch.get_num_threads()
     torch.set_num_threads(2)
     try:
         tb.forward(np.array([[5, 9, 17]]))
         tb.generate(np.array([[5, 9, 17]]), 2, "kv", temperature=1.0, top_k=5, seed=1)
-        assert seen and set(seen) == {1}
+        assert seen["layer"] and set(seen["layer"]) == {1}
+        assert seen["vocab"] and set(seen["vocab"]) == {2}
         assert torch.get_num_threads() == 2, "the process setting is restored after each call"
     finally:
-        hook.remove()
+        for h in hooks:
+            h.remove()
         torch.set_num_threads(before)
 
 

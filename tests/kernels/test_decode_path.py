@@ -74,6 +74,46 @@ def test_packed_copies_follow_the_thread_count():
     assert_rel_close(outs[0], outs[1], rtol=1e-12)
 
 
+def test_vocabulary_projection_runs_on_vocab_threads(monkeypatch):
+    """With ``vocab_threads`` the vocabulary product (packed GEMV, and the module path) runs on
+    that many intra-op threads, the layers on the caller's setting, which is restored; the
+    logits do not change. Negative control: without it the product runs on the caller's one."""
+    import plga.kernels.model as M
+
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 16)
+    vocab = model.config.input_vocab_size
+    seen: dict[str, list[int]] = {"vocab": [], "layer": []}
+
+    def spy(x, w, b, n, **kw):
+        seen["vocab" if n == vocab else "layer"].append(torch.get_num_threads())
+        return packed_linear(x, w, b, n, **kw)
+
+    packed_linear = M.packed_linear
+    monkeypatch.setattr(M, "packed_linear", spy)
+    before = torch.get_num_threads()
+    outs = {}
+    try:
+        torch.set_num_threads(1)
+        for wide in (None, 3):
+            model.vocab_threads = wide
+            seen["vocab"].clear(), seen["layer"].clear()
+            outs[wide] = model.generate(PROMPT, 4, "kvg", return_step_logits=True).step_logits
+            assert set(seen["vocab"]) == {wide or 1} and set(seen["layer"]) == {1}, seen
+            assert torch.get_num_threads() == 1, "the caller's setting is restored"
+        assert model._packed.final(model.final_layer, model.device, threads=3)[0].shape[0] == 3  # blocks for 3 threads
+        hooked: list[int] = []  # a hook keeps the module path: logits="all" through nn.Linear
+        handle = model.final_layer.register_forward_hook(lambda *_: hooked.append(torch.get_num_threads()))
+        try:
+            model(PROMPT, logits="all")
+        finally:
+            handle.remove()
+        assert hooked == [3]
+    finally:
+        model.vocab_threads = None
+        torch.set_num_threads(before)
+    assert_rel_close(outs[3], outs[None], rtol=1e-12)
+
+
 def test_fast_last_logits_match_forward():
     _, model = model_pair(PLDRConfig.from_name("tiny"), 12)
     full = torch.cat([PROMPT, torch.tensor([[7], [8]])], 1)
