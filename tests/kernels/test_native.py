@@ -102,13 +102,15 @@ def test_empty_sizes_strided_inputs_and_refusals(dtype):
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
 def test_the_same_result_inside_a_compiled_graph(dtype):
     """Inside torch.compile the kernel is an opaque call (its shape function is the fake
-    registration): the graph returns exactly what the eager call does."""
+    registration): the graph returns exactly what the eager call does. The ops around it are
+    exact in floating point (× 2, relu, × 0.5), so Inductor's fused code cannot differ from
+    eager's by rounding (a SiLU here would: its compiled and eager forms differ in the last bit)."""
     if not _served(dtype):
         pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
     x, w, b = _inputs(3, 50, 40, dtype, seed=5)
 
     def f(x, w, b):
-        return torch.nn.functional.silu(torch.ops.plga.rows_linear(x * 2, w, b))
+        return torch.relu(torch.ops.plga.rows_linear(x * 2, w, b)) * 0.5
 
     got = torch.compile(f, fullgraph=True, dynamic=False)(x, w, b)
     assert torch.equal(got, f(x, w, b))
