@@ -162,3 +162,72 @@ def test_layout_follows_the_batch(monkeypatch):
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert rank(3) == 3  # column blocks [P, K, N/P]
     assert torch.equal(_generate(model, BATCH, "kvg", captured=True).tokens, three.tokens)
+
+
+def _count_dynamo_calls(monkeypatch) -> list[int]:
+    """Counts the calls that go through the ``torch.compile`` wrapper (Dynamo's frame evaluation)."""
+    calls: list[int] = []
+    compiled = C.compiled_step
+
+    def counting(device):
+        fn = compiled(device)
+        return lambda *a: calls.append(1) or fn(*a)
+
+    monkeypatch.setattr(C, "compiled_step", counting)
+    return calls
+
+
+def test_warm_steps_call_the_entry_dynamo_chose(monkeypatch):
+    """Only a generation's first step goes through Dynamo; the later ones call the code of the
+    cache entry Dynamo chose for it, found by its own guards among several entries (batches,
+    modes), and decode the uncaptured tokens and logits."""
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 27)
+    calls = _count_dynamo_calls(monkeypatch)
+    for prompt, mode in ((BATCH, "kvg"), (BATCH[1:2], "kv"), (BATCH, "kv"), (BATCH[:2], "kvg"), (BATCH, "kvg")):
+        calls.clear()
+        got = _generate(model, prompt, mode, captured=True)
+        assert len(calls) == 1  # NEW − 1 steps, one of them through Dynamo
+        want = _generate(model, prompt, mode, captured=False)
+        assert torch.equal(got.tokens, want.tokens)
+        assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name=mode)
+
+
+def test_negative_control_an_entry_chosen_without_its_guards_is_caught(monkeypatch):
+    """Another entry of the same shapes picked without its guards (the graph compiled for a
+    batch without padding, which reads no padding mask) decodes other logits for the padded
+    rows, and the comparison above catches it."""
+    import types
+
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 27)
+    unpadded = torch.where(BATCH == 0, 3, BATCH)
+    _generate(model, unpadded, "kvg", captured=True)
+    _generate(model, BATCH, "kvg", captured=True)
+    want = _generate(model, BATCH, "kvg", captured=False)
+    chosen = C.entry_function
+
+    def another_entry(fn, args):
+        right = chosen(fn, args)
+        assert right is not None
+        entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__)
+        return next(types.FunctionType(e.code, fn.__globals__) for e in entries if e.code is not right.__code__)
+
+    monkeypatch.setattr(C, "entry_function", another_entry)
+    got = _generate(model, BATCH, "kvg", captured=True)
+    with pytest.raises(AssertionError):
+        assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name="kvg")
+
+
+def test_without_the_entry_steps_run_under_the_guard_stance(monkeypatch):
+    """Where no entry can be found (a torch without the introspection), every step goes
+    through Dynamo with the guards skipped, and decodes the same."""
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 28)
+    want = _generate(model, BATCH, "kvg", captured=True)
+    calls = _count_dynamo_calls(monkeypatch)
+    monkeypatch.setattr(C, "entry_function", lambda fn, args: None)
+    got = _generate(model, BATCH, "kvg", captured=True)
+    assert len(calls) == NEW - 1
+    assert torch.equal(got.tokens, want.tokens)
+    assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name="kvg")
