@@ -46,6 +46,10 @@ COMPUTE_OP_MARKERS = (
 #: kernels (its extern calls — GEMMs, SDPA — are aten ops below it); Dynamo's guard check, the
 #: runtime wrappers and everything around the call stay overhead.
 COMPILED_GRAPH_MARKER = "## Call CompiledFxGraph"
+#: plga's own operators (the native few-row products, ``plga::rows_linear``): model arithmetic,
+#: inside a captured step or not (an event's self time excludes the ops below it, so nothing is
+#: counted twice).
+NATIVE_OP_PREFIX = "plga::"
 OVERHEAD_OPS = ("argmax", "copy_", "cat", "empty", "fill_", "zero_", "to", "_to_copy", "clone")
 
 
@@ -145,7 +149,7 @@ def _compute_seconds(prof: Any, device: str) -> float:
         if device.startswith("cuda"):
             total_us += float(getattr(ev, "self_device_time_total", getattr(ev, "self_cuda_time_total", 0.0)))
             continue
-        if ev.key.startswith(COMPILED_GRAPH_MARKER):  # a captured step's generated kernels
+        if ev.key.startswith((COMPILED_GRAPH_MARKER, NATIVE_OP_PREFIX)):  # generated or native kernels
             total_us += float(ev.self_cpu_time_total)
             continue
         name = ev.key.removeprefix("aten::")

@@ -41,3 +41,46 @@ def test_a_prefill_case_runs_on_tiny():
                 if c["kind"] == "prefill" and c["impl"] == "fused")
     out = run_case(spec)
     assert out["logits"] == "last" and len(out["times_s"]) == 1
+
+
+class _Event:
+    def __init__(self, key: str, us: float) -> None:
+        self.key, self.self_cpu_time_total = key, us
+
+
+class _Profile:
+    def __init__(self, events: list[_Event]) -> None:
+        self.events = events
+
+    def key_averages(self) -> list[_Event]:
+        return self.events
+
+
+def test_compute_time_counts_the_models_kernels_and_nothing_else():
+    """The loop-overhead split: matmuls, elementwise ops, a captured graph's own kernels and
+    plga's native operator are arithmetic; copies, argmax, allocation and unnamed events are not."""
+    from plga.bench.case import _compute_seconds
+
+    arithmetic = [("aten::addmm", 100.0), ("aten::mul", 20.0), ("## Call CompiledFxGraph f1 ##", 300.0), ("plga::rows_linear", 50.0)]
+    loop = [("aten::copy_", 7.0), ("aten::argmax", 5.0), ("aten::empty", 3.0), ("Pregraph bytecode", 9.0),
+            ("AOTDispatcher Runtime Wrapper Prologue", 11.0)]
+    total = _compute_seconds(_Profile([_Event(k, us) for k, us in arithmetic + loop]), "cpu")
+    assert total == pytest.approx(470e-6)
+
+
+def test_the_native_operator_is_profiled_under_the_counted_name():
+    """The native kernel's profiler event carries the name the split counts (a renamed operator
+    would silently move its time to the loop's overhead)."""
+    from torch.profiler import profile
+
+    from plga.bench.case import NATIVE_OP_PREFIX, _compute_seconds
+    from plga.kernels import native
+
+    if not native.prepare(torch.float32):
+        pytest.skip("the native kernel is not available on this machine")
+    x, w, b = torch.randn(2, 64), torch.randn(32, 64), torch.randn(32)
+    with profile() as prof:
+        torch.ops.plga.rows_linear(x, w, b)
+    keys = [ev.key for ev in prof.key_averages()]
+    assert any(k.startswith(NATIVE_OP_PREFIX) for k in keys), keys
+    assert _compute_seconds(prof, "cpu") > 0
