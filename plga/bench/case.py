@@ -172,6 +172,25 @@ def _profile_compute(fn: Callable[[], Any], device: str) -> float:
     return _compute_seconds(prof, device)
 
 
+#: Profiled runs of the loop-overhead split, each beside unprofiled runs of the same workload.
+#: The host's speed drifts by tens of percent between minutes, so the compute of one profiled
+#: run divided by the step time of runs taken earlier measured the drift as much as the loop.
+OVERHEAD_PAIRS = 3
+
+
+def _overhead_pairs(generate: Callable[[], Any], prefill: Callable[[], Any], device: str) -> list[dict[str, float]]:
+    """:data:`OVERHEAD_PAIRS` times: the unprofiled wall time of ``generate`` and ``prefill``, then
+    the compute seconds of a profiled call of each (:func:`_profile_compute`), back to back."""
+    pairs = []
+    for _ in range(OVERHEAD_PAIRS):
+        (gen_s,), _ = _time(generate, 1, 0, device)
+        (pre_s,), _ = _time(prefill, 1, 0, device)
+        pairs.append({"generate_s": gen_s, "prefill_s": pre_s,
+                      "generate_compute_s": _profile_compute(generate, device),
+                      "prefill_compute_s": _profile_compute(prefill, device)})
+    return pairs
+
+
 # --- the cases ------------------------------------------------------------------------------
 
 
@@ -453,11 +472,9 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
         prefill_fn = work.get("prefill_fn")
         if prefill_fn is not None and spec["new_tokens"] > 1:
             out["prefill_times_s"], _ = _time(prefill_fn, min(runs, 3), 1, device)
-        if spec.get("overhead") and spec["impl"] != "reference":
+        if spec.get("overhead") and spec["impl"] != "reference" and prefill_fn is not None:
             with contextlib.suppress(Exception):
-                gen_compute = _profile_compute(work["fn"], device)
-                pre_compute = _profile_compute(prefill_fn, device) if prefill_fn is not None else 0.0
-                out["profiled_compute_s"] = {"generate": gen_compute, "prefill": pre_compute}
+                out["overhead_pairs"] = _overhead_pairs(work["fn"], prefill_fn, device)
     if "collapse_fluctuation_max" in env:
         out["collapse_fluctuation_max"] = env["collapse_fluctuation_max"]
     out["wall_s"] = time.perf_counter() - t_start

@@ -170,10 +170,15 @@ def _derive_decode(row: Row, raw: dict[str, Any], spec: dict[str, Any], limits: 
     if step and bw and b == 1:
         row.bandwidth_bound_s = FL.bandwidth_bound_s(row.weight_bytes_per_step, bw)
         row.bandwidth_fraction = FL.bandwidth_fraction(row.weight_bytes_per_step, step, bw)
-    prof = raw.get("profiled_compute_s")
-    if prof and step and n > 1 and mode != "nocache":
-        row.step_compute_s = max(0.0, prof["generate"] - prof["prefill"]) / (n - 1)
-        row.loop_overhead_fraction = max(0.0, 1.0 - row.step_compute_s / step)
+    pairs = raw.get("overhead_pairs")
+    if pairs and n > 1 and mode != "nocache":
+        # each pair: a step's compute in a profiled run ÷ a step's wall time in the runs beside it
+        compute = [max(0.0, p["generate_compute_s"] - p["prefill_compute_s"]) / (n - 1) for p in pairs]
+        wall = [(p["generate_s"] - p["prefill_s"]) / (n - 1) for p in pairs]
+        fractions = [max(0.0, 1.0 - c / w) for c, w in zip(compute, wall, strict=True) if w > 0]
+        if fractions:
+            row.step_compute_s = statistics.median(compute)
+            row.loop_overhead_fraction = statistics.median(fractions)
 
 
 def workload_key(row: Row) -> tuple[Any, ...]:

@@ -47,6 +47,6 @@ def fake_run(spec, timeout_s, threads):
             extra["compile_s"] = 2.0
         extra |= {"tokens_digest": "same", "prefill_times_s": [pre] * 3}
         if spec.get("overhead"):
-            extra["profiled_compute_s"] = {"generate": 0.97 * t, "prefill": pre}
+            extra["overhead_pairs"] = [{"generate_s": t, "prefill_s": pre, "generate_compute_s": 0.97 * t, "prefill_compute_s": pre}]
     peak = 5000 if spec["impl"] == "eager" else 1000
     return raw(spec, [t * (1 + 0.01 * i) for i in range(spec["runs"])], peak_rss_bytes=peak, **extra)

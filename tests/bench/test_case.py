@@ -34,6 +34,13 @@ def test_a_decode_case_runs_on_tiny(impl):
     assert len(out["times_s"]) == 1 and out["times_s"][0] > 0
     assert out["prefill_times_s"] and len(out["tokens_digest"]) == 12
     assert out["peak_rss_bytes"] > 0
+    if impl == "fused":  # the loop-overhead split: profiled runs, each beside unprofiled ones
+        from plga.bench.case import OVERHEAD_PAIRS
+
+        assert spec["overhead"] and len(out["overhead_pairs"]) == OVERHEAD_PAIRS
+        for pair in out["overhead_pairs"]:
+            assert pair["generate_s"] > pair["prefill_s"] > 0
+            assert 0 < pair["prefill_compute_s"] < pair["generate_compute_s"]
 
 
 def test_a_prefill_case_runs_on_tiny():

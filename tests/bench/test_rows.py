@@ -32,7 +32,8 @@ def test_derive_prefill_row():
 def test_derive_decode_row_step_bandwidth_overhead():
     spec = {"id": "d", "kind": "decode", "config": "tiny", "impl": "fused", "dtype": "float32", "batch": 1, "seq": 8,
             "new_tokens": 11, "mode": "kvg"}
-    r = raw(spec, [2.0] * 5, prefill_times_s=[1.0, 1.0, 1.0], tokens_digest="abc", profiled_compute_s={"generate": 1.9, "prefill": 1.0})
+    pairs = [{"generate_s": 2.0, "prefill_s": 1.0, "generate_compute_s": 1.9, "prefill_compute_s": 1.0}]
+    r = raw(spec, [2.0] * 5, prefill_times_s=[1.0, 1.0, 1.0], tokens_digest="abc", overhead_pairs=pairs)
     row = derive_row(r, LIMITS)
     assert row.step_s == pytest.approx(0.1)  # (2.0 − 1.0) / (11 − 1)
     assert row.decode_tokens_per_s == pytest.approx(10.0)
@@ -79,3 +80,19 @@ def test_ratios_within_a_workload():
     assert b.speedup_vs_eager is None  # no bf16 eager row: ratios stay within a dtype
     assert b.speedup_vs_fused == pytest.approx(3.0) and c.speedup_vs_fused == pytest.approx(1.25)
     assert f.speedup_vs_fused is None
+
+
+def test_loop_overhead_pairs_each_profile_with_the_runs_beside_it():
+    """A host that slows between pairs changes every time but not the overhead: each profiled
+    compute is divided by the wall time measured beside it (median over the pairs)."""
+    spec = {"id": "d", "kind": "decode", "config": "tiny", "impl": "fused", "dtype": "float32", "batch": 1, "seq": 8,
+            "new_tokens": 11, "mode": "kvg"}
+    pairs = [{"generate_s": 2.0 * k, "prefill_s": 1.0 * k, "generate_compute_s": 1.9 * k, "prefill_compute_s": 1.0 * k}
+             for k in (1.0, 1.5, 0.7)]
+    row = derive_row(raw(spec, [3.0] * 5, prefill_times_s=[1.0], overhead_pairs=pairs), LIMITS)
+    assert row.loop_overhead_fraction == pytest.approx(0.1)  # not 1 − 0.09 / 0.2 from the timed runs
+    assert row.step_compute_s == pytest.approx(0.09)
+    outlier = [*pairs[:2], {**pairs[2], "generate_compute_s": 0.2}]  # one disturbed profile: the median holds
+    assert derive_row(raw(spec, [3.0] * 5, prefill_times_s=[1.0], overhead_pairs=outlier), LIMITS).loop_overhead_fraction == pytest.approx(0.1)
+    nocache = derive_row(raw({**spec, "mode": "nocache"}, [3.0] * 5, overhead_pairs=pairs), LIMITS)
+    assert nocache.loop_overhead_fraction is None
