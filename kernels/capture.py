@@ -98,11 +98,19 @@ class CapturedSteps:
             return self.fn(model, *args)
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):  # past the limit Dynamo would run eagerly
             out = self.fn(model, *args)
-        self.direct = entry_function(_step, (model, *args))
-        if self.direct is None:
-            self._stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
+        if _default_stance():  # not under a user's stance (force_eager runs every step eagerly)
+            self.direct = entry_function(_step, (model, *args))
+            if self.direct is None:
+                self._stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
         self._warm = True
         return out
+
+
+def _default_stance() -> bool:
+    """Whether Dynamo runs with its default stance and is enabled (a caller's ``set_stance``, e.g.
+    ``force_eager``, or ``torch._dynamo.config.disable`` is left to act on every step)."""
+    stance = getattr(torch._dynamo.eval_frame, "_stance", None)
+    return not torch._dynamo.config.disable and getattr(stance, "stance", None) == "default"
 
 
 def entry_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[..., Any] | None:

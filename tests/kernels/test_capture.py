@@ -231,3 +231,23 @@ def test_without_the_entry_steps_run_under_the_guard_stance(monkeypatch):
     assert len(calls) == NEW - 1
     assert torch.equal(got.tokens, want.tokens)
     assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name="kvg")
+
+
+def test_a_callers_force_eager_stance_holds_for_every_step(monkeypatch):
+    """Under ``torch.compiler.set_stance("force_eager")`` every step goes through Dynamo, which
+    runs it eagerly: no compiled entry is called and nothing is compiled, even where an entry
+    for the same step exists, and the tokens are the plain ones."""
+    from torch._dynamo.utils import counters
+
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 29)
+    _generate(model, BATCH, "kvg", captured=True)  # an entry for this step exists
+    want = _generate(model, BATCH, "kvg", captured=False)
+    calls = _count_dynamo_calls(monkeypatch)
+    before = counters["stats"]["unique_graphs"]
+    with torch.compiler.set_stance("force_eager"):
+        got = _generate(model, BATCH[:2], "kvg", captured=True)  # another batch: no entry yet
+        again = _generate(model, BATCH, "kvg", captured=True)
+    assert counters["stats"]["unique_graphs"] == before
+    assert len(calls) == 2 * (NEW - 1)
+    assert torch.equal(again.tokens, want.tokens) and torch.equal(got.tokens, want.tokens[:2])
