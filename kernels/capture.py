@@ -74,7 +74,8 @@ class CapturedSteps:
     cache-entry introspection), the rest of the generation runs under
     ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` instead (entered once: the
     stance costs hundreds of microseconds to set, the guards about 0.1 ms per call at
-    paper-110m).
+    paper-110m). Under a caller's own stance (``force_eager``) or with Dynamo disabled, every
+    step goes through Dynamo as the caller asked.
     """
 
     def __init__(self, device: torch.device) -> None:
