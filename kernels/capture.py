@@ -12,7 +12,8 @@ query's own key is always allowed). Shapes then never change between steps, so o
 serves a whole generation:
 
 - CPU: ``torch.compile`` (Inductor, ``fullgraph=True``): no Python between operations; the
-  one-row products are the row-layout GEMV fused into the graph.
+  one-row products are the row-layout GEMV fused into the graph (or the native kernel, an
+  opaque call, for large bfloat16 weights: :data:`~plga.kernels.packed.NATIVE_ONE_ROW_MIN`).
 - CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph; the cache tensors are
   marked static addresses, so their in-place update is part of the graph.
 

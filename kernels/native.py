@@ -4,8 +4,9 @@
 (:func:`~plga.kernels.packed.pack_rows`), float32 or bfloat16, accumulated in float32 and rounded
 once. :func:`~plga.kernels.packed.packed_linear` runs it for products of up to
 :data:`~plga.kernels.packed.PACKED_SMALL_M` rows (decoding steps): plain, and inside a captured
-step for two rows or more (an opaque call there: the schema and its shape function are defined
-here; one row keeps the GEMV fused into the graph).
+step for two rows or more, and for one row over a large low-precision weight (an opaque call
+there: the schema and its shape function are defined here; other one-row products keep the GEMV
+fused into the graph).
 
 Why native: at batch 1 and 8 a decoding step streams every weight once, and the generic paths
 are instruction-bound well below the memory bandwidth — torch's bfloat16 GEMV and Inductor's

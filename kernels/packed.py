@@ -12,7 +12,9 @@ dot product per output. Up to :data:`PACKED_SMALL_M` rows run the native kernel 
 torch's bfloat16 GEMV and its few-row GEMMs convert every element or re-read W per row), except
 one row inside a captured step, which runs the GEMV fused into the graph (bench machine, 2
 threads, 32000 × 896 float32: 52–76 GB/s against 18 for ``F.linear`` and 49 for the column
-blocks). Without the native kernel, one row runs the compiled GEMV (:func:`rows_gemv`).
+blocks) — unless W is a low-precision weight of at least :data:`NATIVE_ONE_ROW_MIN` elements,
+where the native kernel streams faster than Inductor's bfloat16 reduction. Without the native
+kernel, one row runs the compiled GEMV (:func:`rows_gemv`).
 
 The copies are never in the state dict; they are rebuilt when a parameter changes (storage or
 in-place version counter) and dropped when the model is moved or cast.
@@ -37,6 +39,13 @@ Packed = tuple[Tensor, Tensor, int]
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 #: Row counts up to this use one batched product over the column blocks (decoding).
 PACKED_SMALL_M = 16
+#: Inside a captured step, a one-row product over a low-precision W of at least this many
+#: elements runs the native kernel instead of the fused GEMV. Bench machine, bf16 captured
+#: steps, three variants alternating in one process (median ms per step): paper-110m kvg
+#: (products 0.8–28.7 M elements) fused 4.55, native everywhere 3.62, this rule 3.95; collapsed
+#: 5.04 / 4.36 / 4.13; small kvg (0.07–0.35 M, vocabulary 8.2 M) 0.583 / 0.609 / 0.588, kv
+#: 0.732 / 0.767 / 0.728 — on small weights the opaque call costs more than it saves.
+NATIVE_ONE_ROW_MIN = 1 << 20
 
 
 def packed_parts(device: torch.device, threads: int | None = None) -> int:
@@ -138,13 +147,15 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     view when M = 1); more rows: one GEMM per block, each written in place into its columns of
     the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
     where it serves the dtype, but for one row inside a captured step, where the GEMV fused into
-    the graph measured as fast or faster; else the fused GEMV in a captured step, or for one
-    row with ``compiled`` the compiled :func:`rows_gemv`. More rows: ``F.linear``.
+    the graph measured as fast or faster (except a low-precision W of
+    :data:`NATIVE_ONE_ROW_MIN` elements or more); else the fused GEMV in a captured step, or
+    for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: ``F.linear``.
     """
     if w.ndim == 2:
         m = x.shape[0]
         capturing = torch.compiler.is_compiling()
-        if m <= PACKED_SMALL_M and native.ready(w.dtype) and not (capturing and m == 1):
+        fused_one_row = capturing and m == 1 and not (w.dtype in _LOW_PRECISION and w.numel() >= NATIVE_ONE_ROW_MIN)
+        if m <= PACKED_SMALL_M and native.ready(w.dtype) and not fused_one_row:
             out = torch.ops.plga.rows_linear(x, w, b)  # an opaque call inside a captured step
         elif capturing and m <= PACKED_SMALL_M:  # fused into the captured step
             out = _gemv(x, w, b)

@@ -251,3 +251,36 @@ def test_a_callers_force_eager_stance_holds_for_every_step(monkeypatch):
     assert counters["stats"]["unique_graphs"] == before
     assert len(calls) == 2 * (NEW - 1)
     assert torch.equal(again.tokens, want.tokens) and torch.equal(got.tokens, want.tokens[:2])
+
+
+def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeypatch):
+    """A captured bf16 step runs its one-row products over weights of at least
+    ``NATIVE_ONE_ROW_MIN`` elements on the native kernel (an opaque call in the graph) and the
+    smaller ones fused into the graph; either way it decodes the plain path's tokens (whose
+    one-row products run the native kernel outside a graph)."""
+    from torch.profiler import profile
+
+    from plga.kernels import native
+    from plga.kernels import packed as P
+
+    if not native.prepare(torch.bfloat16):
+        pytest.skip("the native bfloat16 kernel is not available on this machine")
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 30, dtype=torch.bfloat16)
+    prompt = torch.randint(1, config.input_vocab_size, (1, 20), generator=torch.Generator().manual_seed(3))  # 20 rows: F.linear
+    plain = _generate(model, prompt, "kvg", captured=False)
+
+    def captured_with(limit: int):
+        monkeypatch.setattr(P, "NATIVE_ONE_ROW_MIN", limit)
+        _generate(model, prompt, "kvg", captured=True)  # compiles (which may run the op on its own)
+        with profile() as prof:
+            out = _generate(model, prompt, "kvg", captured=True)
+        return out, sum(ev.count for ev in prof.key_averages() if ev.key == "plga::rows_linear")
+
+    fused, fused_calls = captured_with(1 << 40)
+    nat, native_calls = captured_with(0)
+    assert fused_calls == 1  # the prompt pass's last-position vocabulary row, outside the graph
+    assert native_calls - fused_calls == (NEW - 1) * (4 * config.num_layers + 1)  # QKV, output, gates, down; vocabulary
+    for got in (fused, nat):
+        assert torch.equal(got.tokens, plain.tokens)
+        assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=2e-2, name="bf16 captured")
