@@ -3,6 +3,8 @@ tokens as the fused path, and a case returns every raw measurement the rows need
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from plga.bench.plan import plan_cases
@@ -37,10 +39,12 @@ def test_a_decode_case_runs_on_tiny(impl):
     if impl == "fused":  # the loop-overhead split: profiled runs, each beside unprofiled ones
         from plga.bench.case import OVERHEAD_PAIRS
 
-        assert spec["overhead"] and len(out["overhead_pairs"]) == OVERHEAD_PAIRS
-        for pair in out["overhead_pairs"]:
-            assert pair["generate_s"] > pair["prefill_s"] > 0
-            assert 0 < pair["prefill_compute_s"] < pair["generate_compute_s"]
+        pairs = out["overhead_pairs"]
+        assert spec["overhead"] and len(pairs) == OVERHEAD_PAIRS
+        assert all(v > 0 for pair in pairs for v in pair.values())
+        # one pair may be disturbed (a first call, the collector): the row takes the median
+        assert statistics.median(p["generate_s"] - p["prefill_s"] for p in pairs) > 0
+        assert statistics.median(p["generate_compute_s"] - p["prefill_compute_s"] for p in pairs) > 0
 
 
 def test_a_prefill_case_runs_on_tiny():
