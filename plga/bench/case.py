@@ -43,8 +43,9 @@ COMPUTE_OP_MARKERS = (
     "div", "pow", "stack", "embedding", "index_select", "sum", "exp",
 )
 #: The profiler event of a compiled graph (a captured step): its self time is the generated
-#: kernels (its extern calls — GEMMs, SDPA — are aten ops below it); Dynamo's guard check, the
-#: runtime wrappers and everything around the call stay overhead.
+#: kernels (its extern calls — GEMMs, SDPA — are aten ops below it); the entry code that reads
+#: its inputs (Dynamo's guard check too, on a generation's first step), the runtime wrappers and
+#: everything around the call stay overhead.
 COMPILED_GRAPH_MARKER = "## Call CompiledFxGraph"
 #: plga's own operators (the native few-row products, ``plga::rows_linear``): model arithmetic,
 #: inside a captured step or not (an event's self time excludes the ops below it, so nothing is
