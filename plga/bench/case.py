@@ -1,4 +1,4 @@
-"""One bench case in its own process: ``python -m plga.bench.case --json '{...}'``.
+"""One bench case in its own process: ``python -m plga.bench.case [--gated] --json '{...}'``.
 
 The process builds the seeded weights (:func:`plga.reference.checkpoint.random_params`, the
 same for every case of a config), runs ``warmup`` untimed and ``runs`` timed repetitions of
@@ -6,6 +6,10 @@ the case's workload and prints one line ``PLGA_BENCH_RESULT {json}`` on stdout. 
 case in a fresh process makes its peak resident memory its own: the kernel's high-water mark
 (``VmHWM``) is reset after the model is built (``/proc/self/clear_refs``), so the peak
 covers the timed runs (weights included), not the set-up.
+
+``--gated``: the runner interleaves this case with others (:mod:`.interleave`); the process
+waits for its permission (:class:`Gate`) before the set-up, before each timed run and before
+the work after the timed runs (prompt-pass timing, the overhead profile).
 
 Case keys: ``kind`` (limits | prefill | decode | accuracy | command), ``config``, ``impl`` (reference |
 eager | fused | collapsed), ``batch``, ``seq`` (prefill length or prompt length), ``logits``
@@ -34,7 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from ..allocator import keep_freed_blocks
-from .protocol import MARKER
+from .protocol import MARKER, READY
 
 #: Profiler op names counted as the model's arithmetic; everything else in a decoding step
 #: (argmax sampling, cache copies, allocation, Python between ops) is the loop's overhead.
@@ -111,9 +115,36 @@ def _sync(device: str) -> Callable[[], None]:
 MIN_RUN_S = 0.05
 
 
-def _time(fn: Callable[[], Any], runs: int, warmup: int, device: str, min_run_s: float = MIN_RUN_S) -> tuple[list[float], Any]:
+class Gate:
+    """The runner's permission to work, for a case interleaved with others (:mod:`.interleave`).
+
+    :meth:`wait` prints :data:`~.protocol.READY` and blocks until the runner answers with a
+    line on stdin (the end of stdin — the runner is gone — ends the process); it records when
+    the permission came (``granted``, ``time.monotonic()`` seconds: the clock every process
+    shares). A case run alone has an open gate: :meth:`wait` returns at once."""
+
+    def __init__(self, gated: bool = False) -> None:
+        self.gated = gated
+        self.granted: list[float] = []
+
+    def wait(self) -> None:
+        if not self.gated:
+            return
+        print(READY, flush=True)
+        if not sys.stdin.readline():
+            raise SystemExit(1)
+        self.granted.append(time.monotonic())
+
+
+OPEN = Gate()
+
+
+def _time(
+    fn: Callable[[], Any], runs: int, warmup: int, device: str, min_run_s: float = MIN_RUN_S, gate: Gate = OPEN
+) -> tuple[list[float], Any]:
     """Per-call seconds of ``runs`` timed runs after ``warmup`` calls; each run repeats ``fn``
-    enough times to last ``min_run_s`` (measured on one call; 0: one call per run)."""
+    enough times to last ``min_run_s`` (measured on one call; 0: one call per run) and starts
+    when ``gate`` opens."""
     sync = _sync(device)
     out = None
     for _ in range(warmup):
@@ -127,6 +158,7 @@ def _time(fn: Callable[[], Any], runs: int, warmup: int, device: str, min_run_s:
         reps = max(1, min(1000, math.ceil(min_run_s / max(time.perf_counter() - t0, 1e-9))))
     times = []
     for _ in range(runs):
+        gate.wait()
         t0 = time.perf_counter()
         for _ in range(reps):
             out = fn()
@@ -396,8 +428,9 @@ def golden_accuracy(dtype: Any) -> dict[str, Any]:
             "logits_error_ratio": cmp.kernel_error / bound, "greedy_agreement": agreement, "greedy_note": note}
 
 
-def run_case(spec: dict[str, Any]) -> dict[str, Any]:
-    """Run one case and return its raw measurements (no derived ratios: the runner adds those)."""
+def run_case(spec: dict[str, Any], gate: Gate = OPEN) -> dict[str, Any]:
+    """Run one case and return its raw measurements (no derived ratios: the runner adds those).
+    Each timed run, and the work after them, starts when ``gate`` opens."""
     t_start = time.perf_counter()
     if spec.get("capture"):  # a cold compile: Inductor's on-disk cache starts empty
         import atexit
@@ -430,6 +463,7 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
     if kind == "command":
         times = []
         for _ in range(runs):
+            gate.wait()
             t0 = time.perf_counter()
             proc = subprocess.run(spec["argv"], capture_output=True, text=True, check=False)
             times.append(time.perf_counter() - t0)
@@ -463,11 +497,12 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
     if warm is not work and warmup:
         _time(warm["fn"], 0, warmup, device)
         warmup = 0
-    times, result = _time(work["fn"], runs, warmup, device)
+    times, result = _time(work["fn"], runs, warmup, device, gate=gate)
     out["times_s"] = times
     out["peak_rss_bytes"], out["peak_rss_source"] = peak_rss_bytes()
     if device.startswith("cuda"):
         out["peak_device_bytes"] = int(torch.cuda.max_memory_allocated())
+    gate.wait()  # the prompt-pass timing and the overhead profile: one case at a time too
     if kind == "decode":
         out["tokens_digest"] = _digest(result)
         prefill_fn = work.get("prefill_fn")
@@ -485,16 +520,21 @@ def run_case(spec: dict[str, Any]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m plga.bench.case", description=__doc__.splitlines()[0])
     parser.add_argument("--json", required=True, help="the case as a JSON object")
+    parser.add_argument("--gated", action="store_true", help="wait for the runner's permission (a line on stdin) at each step")
     args = parser.parse_args(argv)
     spec = json.loads(args.json)
     keep_freed_blocks()  # as the plga console script does
+    gate = Gate(args.gated)
     try:
-        result = run_case(spec)
+        gate.wait()  # the set-up (imports, weights, warm-up, compilation)
+        result = run_case(spec, gate)
         result["status"] = "ok"
     except Exception as exc:  # reported in the row, the run goes on
         if os.environ.get("PLGA_DEBUG"):
             raise
         result = {"spec": spec, "status": "error", "reason": f"{type(exc).__name__}: {' '.join(str(exc).split())}"}
+    if args.gated:
+        result["granted_s"] = gate.granted
     print(MARKER + json.dumps(result), flush=True)
     return 0 if result["status"] == "ok" else 1
 

@@ -10,6 +10,7 @@ A case is a plain JSON object (it travels to its own process, :mod:`.case`) with
 - ``fused``: the kernels' fused path (SDPA on q' = q G, packed weights, last-position logits);
 - ``collapsed``: the fused path on a collapsed model (constant per-layer G, no metric learner).
 
+Cases of one group (:func:`group_of`) take their timed runs in turn (:mod:`.interleave`).
 Nothing here imports torch.
 """
 
@@ -60,6 +61,20 @@ def case_id(spec: dict[str, Any]) -> str:
     if spec["kind"] == "decode":
         return f"{spec['config']}/decode/{spec['mode']}/{impl}/{shape}n{spec['new_tokens']}"
     return f"{spec['config']}/prefill/{impl}/{shape}/{spec.get('logits', '')}".rstrip("/")
+
+
+def group_of(spec: dict[str, Any]) -> str:
+    """The group whose cases take their timed runs in turn (:mod:`.interleave`): the
+    implementations of one prefill shape, every case of one decoding mode in a config (both
+    batches: the batch-8 ÷ batch-1 ratio is a target), the audit on both backends; any other
+    case alone."""
+    if spec["kind"] == "prefill":
+        return f"{spec['config']}/prefill/b{spec['batch']}s{spec['seq']}"
+    if spec["kind"] == "decode":
+        return f"{spec['config']}/decode/{spec['mode']}"
+    if spec["kind"] == "command" and spec.get("name", "").startswith("audit/"):
+        return "audit"
+    return case_id(spec)
 
 
 def plan_cases(
@@ -130,6 +145,7 @@ def plan_cases(
     cases.append({**base, "kind": "limits", "when": "end"})
     for c in cases:
         c["id"] = case_id(c)
+        c["group"] = group_of(c)
     return cases
 
 
@@ -202,5 +218,5 @@ def skip_reason(spec: dict[str, Any], limits: dict[str, Any], reference_budget_s
 
 __all__ = [
     "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
-    "config_of", "estimate_reference_seconds", "estimate_seconds", "plan_cases", "skip_reason",
+    "config_of", "estimate_reference_seconds", "estimate_seconds", "group_of", "plan_cases", "skip_reason",
 ]

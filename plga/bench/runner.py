@@ -1,4 +1,5 @@
-"""``plga bench``: plan the cases, run each in its own process, judge the targets, report.
+"""``plga bench``: plan the cases, run each in its own process (the cases of a group
+interleaved, :mod:`.interleave`), judge the targets, report.
 
 One run measures, on the same seeded weights per config: the machine's limits (matmul GFLOP/s,
 read / copy bandwidth, GEMV layouts) at the start and the end; prefill and greedy decoding for
@@ -15,7 +16,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -25,8 +25,8 @@ from typing import Any
 from ..allocator import freed_blocks_kept, keep_freed_blocks
 from ..errors import UsageError
 from ..progress import bar
+from .interleave import run_group
 from .plan import LONG_RUN_S, MIN_RUNS, QUICK, config_of, estimate_seconds, plan_cases, skip_reason
-from .protocol import MARKER
 from .report import SCHEMA, format_report, validate_document
 from .rows import Row, add_ratios, derive_row, not_run
 from .targets import evaluate_targets
@@ -65,27 +65,11 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
         "--conformance-cmd", default=None,
         help="command line timed by the 'conformance' case (default: python -m plga.conformance --profile quick)",
     )
-    parser.add_argument("--case-timeout-s", type=float, default=1200.0, help="kill a case after this many seconds (default 1200)")
+    parser.add_argument("--case-timeout-s", type=float, default=1200.0,
+                        help="kill a case when one step of it (its set-up, one timed run, its finish) takes longer (default 1200)")
     parser.add_argument("--no-overhead", action="store_true", help="skip profiling the decoding loop's own overhead")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")
     return parser
-
-
-def run_subprocess(spec: dict[str, Any], timeout_s: float, threads: int) -> dict[str, Any]:
-    """Run one case in a fresh interpreter and parse its result line."""
-    env = dict(os.environ)
-    for var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
-        env[var] = str(threads)
-    cmd = [sys.executable, "-m", "plga.bench.case", "--json", json.dumps(spec)]
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, env=env, check=False)
-    except subprocess.TimeoutExpired:
-        return {"spec": spec, "status": "error", "reason": f"timed out after {timeout_s:.0f} s"}
-    for line in reversed(proc.stdout.splitlines()):
-        if line.startswith(MARKER):
-            return json.loads(line[len(MARKER):])
-    tail = " ".join(proc.stderr.strip().splitlines()[-3:])[-400:]
-    return {"spec": spec, "status": "error", "reason": f"case exited {proc.returncode} without a result: {tail}"}
 
 
 def host_info() -> dict[str, Any]:
@@ -179,45 +163,59 @@ def bench_main(args: argparse.Namespace) -> int:
 
 
 def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any] | None, list[Row]]:
-    """Run every case in order → (limits at start, limits at end, rows)."""
+    """Run every case, group by group (:mod:`.interleave`) → (limits at start, limits at end,
+    rows in plan order)."""
     limits: dict[str, Any] = {}
     limits_end: dict[str, Any] | None = None
-    rows: list[Row] = []
+    rows: dict[int, Row] = {}
+    index = {spec["id"]: i for i, spec in enumerate(cases)}
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for spec in cases:
+        groups.setdefault(spec.get("group", spec["id"]), []).append(spec)
     progress = bar(len(cases), "plga bench", show=not args.no_progress)
 
-    def log(i: int, spec: dict[str, Any], msg: str) -> None:
+    def log(spec: dict[str, Any], msg: str) -> None:
         progress.update(1)
-        print(f"[{i}/{len(cases)}] {spec['id']}: {msg}", file=sys.stderr, flush=True)
+        print(f"[{index[spec['id']] + 1}/{len(cases)}] {spec['id']}: {msg}", file=sys.stderr, flush=True)
+
+    def done(raw: dict[str, Any]) -> None:
+        nonlocal limits, limits_end
+        spec = cases[index[raw["spec"]["id"]]]
+        took = f"{time.perf_counter() - t:.1f} s"
+        if spec["kind"] == "limits":
+            if raw.get("status") != "ok":
+                raise RuntimeError(f"measuring the machine limits failed: {raw.get('reason')}")
+            if spec["when"] == "start":
+                limits = raw["limits"]
+            else:
+                limits_end = raw["limits"]
+            log(spec, took)
+            return
+        row = rows[index[spec["id"]]] = derive_row(raw, limits)
+        if args.out:  # rows so far, so an interrupted run leaves its measurements behind
+            _write_json(str(args.out) + ".partial",
+                        {"schema": SCHEMA, "limits": limits, "rows": [rows[i].to_json() for i in sorted(rows)]})
+        msg = f"median {1e3 * row.median_s:.1f} ms" if row.ok else f"{row.status}: {row.reason}"  # type: ignore[operator]
+        together = f", with {len(runnable) - 1} other case(s)" if len(runnable) > 1 else ""
+        log(spec, f"{msg} ({took}{together})")
 
     with progress:
-        for i, spec in enumerate(cases, 1):
-            progress.set_postfix_str(spec["id"])
-            reason = skip_reason(spec, limits, args.reference_budget_s)
-            if reason:
-                rows.append(not_run(spec, "skipped", reason))
-                log(i, spec, f"skipped ({reason})")
-                continue
-            if spec["kind"] in ("prefill", "decode") and spec.get("impl") != "reference":
-                spec["warmup_shape"] = "reduced" if estimate_seconds(spec, limits) > LONG_RUN_S else "full"
-            t = time.perf_counter()
-            raw = run_subprocess(spec, args.case_timeout_s, args.threads)
-            took = time.perf_counter() - t
-            if spec["kind"] == "limits":
-                if raw.get("status") != "ok":
-                    raise RuntimeError(f"measuring the machine limits failed: {raw.get('reason')}")
-                if spec["when"] == "start":
-                    limits = raw["limits"]
-                else:
-                    limits_end = raw["limits"]
-                log(i, spec, f"{took:.1f} s")
-                continue
-            row = derive_row(raw, limits)
-            rows.append(row)
-            if args.out:  # rows so far, so an interrupted run leaves its measurements behind
-                _write_json(str(args.out) + ".partial", {"schema": SCHEMA, "limits": limits, "rows": [r.to_json() for r in rows]})
-            msg = f"median {1e3 * row.median_s:.1f} ms" if row.ok else f"{row.status}: {row.reason}"  # type: ignore[operator]
-            log(i, spec, f"{msg} ({took:.1f} s)")
-    return limits, limits_end, rows
+        for specs in groups.values():
+            runnable = []
+            for spec in specs:
+                reason = skip_reason(spec, limits, args.reference_budget_s)
+                if reason:
+                    rows[index[spec["id"]]] = not_run(spec, "skipped", reason)
+                    log(spec, f"skipped ({reason})")
+                    continue
+                if spec["kind"] in ("prefill", "decode") and spec.get("impl") != "reference":
+                    spec["warmup_shape"] = "reduced" if estimate_seconds(spec, limits) > LONG_RUN_S else "full"
+                runnable.append(spec)
+            if runnable:
+                t = time.perf_counter()
+                run_group(runnable, args.case_timeout_s, args.threads, done,
+                          step=lambda spec: progress.set_postfix_str(spec["id"]))
+    return limits, limits_end, [rows[i] for i in sorted(rows)]
 
 
 def _run_and_report(
@@ -263,4 +261,4 @@ def main(argv: list[str] | None = None) -> int:
     return run_command("bench", bench_main, parser.parse_args(argv))
 
 
-__all__ = ["add_bench_arguments", "bench_main", "main", "run_subprocess"]
+__all__ = ["add_bench_arguments", "bench_main", "main"]

@@ -24,6 +24,19 @@ def raw(spec, times, **extra):
     return {"spec": spec, "status": "ok", "times_s": times, "peak_rss_bytes": 1000, "peak_rss_source": "VmHWM", **extra}
 
 
+def per_case(run):
+    """A stand-in for :func:`plga.bench.interleave.run_group` from a per-case fake ``run(spec, timeout_s, threads)``."""
+
+    def group(specs, timeout_s, threads, done=None, step=None):
+        results = [run(spec, timeout_s, threads) for spec in specs]
+        for r in results:
+            if done:
+                done(r)
+        return results
+
+    return group
+
+
 def fake_run(spec, timeout_s, threads):
     """Made-up results: eager 3× slower than fused, collapsed 1.2× faster, bf16 2× faster, the
     compiled decoding step 1.25× faster than the plain bf16 step after a 2 s compile."""

@@ -81,3 +81,24 @@ def test_skip_reasons():
     ref = {"kind": "prefill", "config": "paper-110m", "impl": "reference", "batch": 8, "seq": 1024, "runs": 5, "warmup": 1}
     assert "reference estimated" in P.skip_reason(ref, LIMITS, 20.0)
     assert P.skip_reason(ref, LIMITS, 1e9) is None
+
+
+def test_groups_hold_the_cases_of_each_ratio():
+    cases = P.plan_cases(["small", "paper-110m"], P.CASE_KINDS)
+    groups: dict[str, list[str]] = {}
+    for c in cases:
+        groups.setdefault(c["group"], []).append(c["id"])
+    # every case of a ratio target shares its partner's group
+    assert {"small/decode/kv/fused+compile/b1s128n64", "small/decode/kv/fused+compile/b8s128n64",
+            "small/decode/kv/fused+compile@bfloat16/b1s128n64", "small/decode/kv/eager/b1s128n64",
+            "small/decode/kv/reference/b1s128n64"} <= set(groups["small/decode/kv"])
+    assert set(groups["paper-110m/prefill/b8s1024"]) == {
+        "paper-110m/prefill/reference/b8s1024/all", "paper-110m/prefill/eager/b8s1024/all",
+        "paper-110m/prefill/fused/b8s1024/last", "paper-110m/prefill/fused@bfloat16/b8s1024/last"}
+    assert set(groups["audit"]) == {"audit/torch", "audit/reference"}
+    # the machine limits, the accuracy and the conformance cases run alone
+    for alone in ("limits/start", "limits/end", "accuracy/golden@bfloat16", "conformance/quick"):
+        assert groups[alone] == [alone]
+    # another mode, config or shape is another group
+    assert "small/decode/kv/fused/b1s128n64" not in groups["small/decode/kvg"]
+    assert not any(i.startswith("small/") for i in groups["paper-110m/prefill/b1s128"])

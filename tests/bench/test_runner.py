@@ -12,12 +12,12 @@ from plga.bench import bench_main, main
 from plga.bench import runner as R
 from plga.bench.report import validate_document
 
-from .helpers import fake_run, parse
+from .helpers import fake_run, parse, per_case
 
 
 @pytest.fixture
 def fake(monkeypatch):
-    monkeypatch.setattr(R, "run_subprocess", fake_run)
+    monkeypatch.setattr(R, "run_group", per_case(fake_run))
 
 
 def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
@@ -61,7 +61,7 @@ def test_shapes_past_the_context_are_skipped_rows(monkeypatch, tmp_path, capsys)
         seen.append(spec["id"])
         return fake_run(spec, timeout_s, threads)
 
-    monkeypatch.setattr(R, "run_subprocess", run)
+    monkeypatch.setattr(R, "run_group", per_case(run))
     out = tmp_path / "t.json"
     assert bench_main(parse(["--config", "tiny", "--cases", "prefill,decode", "--out", str(out)])) == 0
     doc = json.loads(out.read_text())
@@ -108,7 +108,7 @@ def test_failed_case_gives_exit_1(monkeypatch, capsys):
             return fake_run(spec, timeout_s, threads)
         return {"spec": spec, "status": "error", "reason": "RuntimeError: boom"}
 
-    monkeypatch.setattr(R, "run_subprocess", failing)
+    monkeypatch.setattr(R, "run_group", per_case(failing))
     assert bench_main(parse(["--config", "tiny", "--quick", "--cases", "prefill"])) == 1
     assert "boom" in capsys.readouterr().out
 
@@ -130,7 +130,7 @@ def test_conformance_command(monkeypatch, capsys):
             return {"spec": spec, "status": "ok", "times_s": [150.0]}
         return fake_run(spec, timeout_s, threads)
 
-    monkeypatch.setattr(R, "run_subprocess", fake)
+    monkeypatch.setattr(R, "run_group", per_case(fake))
     assert bench_main(parse(["--config", "tiny", "--quick", "--cases", "conformance", "--conformance-cmd", "true --x 'a b'"])) == 0
     assert seen == [["true", "--x", "a b"]]
     out = capsys.readouterr().out
@@ -144,7 +144,7 @@ def test_only_runs_the_matching_cases(monkeypatch, capsys):
         seen.append(spec["id"])
         return fake_run(spec, timeout_s, threads)
 
-    monkeypatch.setattr(R, "run_subprocess", run)
+    monkeypatch.setattr(R, "run_group", per_case(run))
     assert bench_main(parse(["--config", "small", "--cases", "prefill,decode", "--only", "decode/kvg/fused,b8s1024/last"])) == 0
     assert seen[0] == "limits/start" and seen[-1] == "limits/end"
     assert set(seen[1:-1]) == {
