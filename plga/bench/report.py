@@ -188,7 +188,8 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         f"{'  (QUICK: fewer than 5 runs, reduced shapes)' if s.get('quick') else ''}",
         f"load average at start {la['start']}, at end {la['end']}; wall {doc.get('wall_s', 0):.0f} s"
         + {True: "; large freed blocks kept (glibc)", False: "; system allocator (large blocks unmapped on free)"}.get(
-            doc["host"].get("freed_blocks_kept"), ""),
+            doc["host"].get("freed_blocks_kept"), "")
+        + ("; the cases of a prefill shape / decoding mode timed in turn" if s.get("interleaved") else ""),
         "",
         f"targets: {counts['met']} met, {counts['missed']} missed, {counts['not measured']} not measured",
         format_targets(verdicts),

@@ -234,7 +234,7 @@ def _run_and_report(
         "settings": {"configs": configs, "cases": kinds, "runs": runs, "warmup": args.warmup, "threads": args.threads,
                      "device": args.device, "dtype": args.dtype, "quick": bool(args.quick), "seed": args.seed,
                      "reference_budget_s": args.reference_budget_s, "meets_runs_rule": runs >= MIN_RUNS,
-                     "only": args.only},
+                     "only": args.only, "interleaved": True},
         "targets": [v.to_json() for v in verdicts],
         "limits": limits,
         "limits_end": limits_end,

@@ -49,6 +49,7 @@ def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
     assert all(r["same_tokens_as_eager"] for r in fused if not r.get("capture"))
     text = capsys.readouterr().out
     assert text.index("targets:") < text.index("machine limits") < text.index("| case |")  # verdicts first
+    assert doc["settings"]["interleaved"] is True and "timed in turn" in text.splitlines()[1]
     assert "accuracy (bfloat16, golden prompts)" in text
     assert text.rstrip().endswith(f"wrote {out}")
     assert not (tmp_path / "bench.json.partial").exists()
