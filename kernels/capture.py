@@ -33,8 +33,12 @@ import torch
 from torch import Tensor
 
 #: Compiled entries kept for the step function (Dynamo's default, 8, is too few for a process
-#: that decodes several models, batches and modes: past it the step would silently run eagerly).
+#: that decodes several models, batches and modes). When a new shape finds them all taken (with
+#: ``fullgraph=True`` Dynamo raises rather than run eagerly) the step's entries are dropped and
+#: the new one compiled: a dropped shape compiles again on its next use (from Inductor's disk
+#: cache). Dynamo's lifetime cap on the step's compilations is lifted for the same reason.
 RECOMPILE_LIMIT = 64
+_LIFETIME_COMPILATIONS = 1 << 30
 _COMPILED: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
 
 
@@ -64,7 +68,8 @@ class CapturedSteps:
     ``model._captured_body(*args)`` compiled.
 
     The first step goes through Dynamo: it runs every guard (and compiles when they fail: every
-    (batch, capacity, mode, dtype, shapes) is one entry, up to :data:`RECOMPILE_LIMIT`). Every
+    (batch, capacity, mode, dtype, shapes) is one entry, up to :data:`RECOMPILE_LIMIT`; then the
+    entries are dropped and compiled again as they are used). Every
     later step of the generation passes the same model, cache, mode, operators and packed
     fields — the same objects, shapes and strides; only the values of the token and position
     tensors differ — so no guard can reject it, and Dynamo would pick the same entry again.
@@ -98,8 +103,12 @@ class CapturedSteps:
             return self.direct(model, *args)
         if self._warm:
             return self.fn(model, *args)
-        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):  # past the limit Dynamo would run eagerly
-            out = self.fn(model, *args)
+        with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=_LIFETIME_COMPILATIONS):
+            try:
+                out = self.fn(model, *args)
+            except torch._dynamo.exc.FailOnRecompileLimitHit:  # raised before the step ran: nothing written
+                torch._dynamo.eval_frame.remove_from_cache(_step)
+                out = self.fn(model, *args)
         if _default_stance():  # not under a user's stance (force_eager runs every step eagerly)
             self.direct = entry_function(_step, (model, *args))
             if self.direct is None:
