@@ -205,16 +205,27 @@ class CallableAdapter(Adapter):
         return self.fn(q, k, v, G, **kw)
 
 
-class DuckAdapter(Adapter):
-    """An object with ``capabilities`` and ``dtypes`` (and the operations it provides) that does
-    not subclass :class:`Adapter`: its attributes are read once, its operations delegated."""
+class Declared(Adapter):
+    """What the suite runs: an implementation's declarations read once and checked, its
+    operations delegated to it (``obj``).
+
+    Every adapter becomes one (:func:`as_adapter`), so the header prints what the checks
+    enforced — a ``capabilities`` property cannot answer one way for the header and another
+    for the checks —, nothing is read from the implementation after the checks, and a
+    declaration the suite cannot honour is an :class:`~plga.errors.ImplementationLoadError`
+    (exit 2), never a verdict: a string where a collection belongs (``dtypes = "bfloat16"``
+    would match ``float16`` as a substring), an unknown capability or dtype name (a typo
+    would silently skip its checks), an attribute that raises when read."""
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
         for attr in ("name", "version", "device", "dtype_policy"):
-            setattr(self, attr, str(getattr(obj, attr, getattr(Adapter, attr))))
-        self.dtypes = tuple(obj.dtypes)
-        self.capabilities = frozenset(obj.capabilities)
+            setattr(self, attr, str(_read(obj, attr, getattr(Adapter, attr))))
+        self.spec = str(_read(obj, "spec", "") or "")
+        self.time_scale = time_scale_of(obj)
+        self.dtypes = _names(obj, "dtypes", DTYPES)
+        self.capabilities = frozenset(_names(obj, "capabilities", tuple(CAPABILITIES)))
+        self.source = f"{type(obj).__module__}:{type(obj).__qualname__}"
 
     def _op(self, op: str) -> Callable[..., Any]:
         fn = getattr(self.obj, op, None)
@@ -233,6 +244,52 @@ class DuckAdapter(Adapter):
 
     def generate(self, *args: Any, **kwargs: Any) -> Any:
         return self._op("generate")(*args, **kwargs)
+
+    def describe(self) -> dict[str, str]:
+        return {**super().describe(), "implementation": f"{self.name} ({self.spec or self.source})"}
+
+    def __repr__(self) -> str:
+        return f"<Declared {self.name}: {self.source}>"
+
+
+def _foreign(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by an implementation's code, is its own failure (everything but
+    a Ctrl-C the user typed: :func:`plga.conformance.guard.user_interrupted`)."""
+    from .guard import user_interrupted
+
+    return not (isinstance(exc, KeyboardInterrupt) and user_interrupted())
+
+
+def _raised(exc: BaseException) -> str:
+    return type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
+
+
+def _read(obj: Any, attr: str, default: Any) -> Any:
+    try:
+        return getattr(obj, attr, default)
+    except BaseException as exc:
+        if not _foreign(exc):
+            raise
+        raise ImplementationLoadError(f"reading the adapter's {attr!r} raised {_raised(exc)}") from None
+
+
+def _names(obj: Any, attr: str, known: tuple[str, ...]) -> tuple[str, ...]:
+    """The declared ``attr`` (dtypes or capabilities) as a tuple of known names, or one load error."""
+    value = _read(obj, attr, ())
+    listing = ", ".join(known)
+    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+        raise ImplementationLoadError(f"the adapter's {attr} must be a collection of names (a tuple or set), "
+                                      f"got {value!r}; known: {listing}")
+    try:
+        names = list(value)
+    except BaseException as exc:
+        if not _foreign(exc):
+            raise
+        raise ImplementationLoadError(f"iterating the adapter's {attr} raised {_raised(exc)}") from None
+    unknown = [n for n in names if not isinstance(n, str) or n not in known]
+    if unknown:
+        raise ImplementationLoadError(f"the adapter declares unknown {attr} {unknown!r}; known: {listing}")
+    return tuple(dict.fromkeys(names))
 
 
 def _kwargs_of(fn: Callable[..., Any]) -> set[str]:
@@ -259,12 +316,29 @@ def _is_factory(obj: Any) -> bool:
 
 
 def as_adapter(obj: Any, name: str | None = None) -> Adapter:
-    """Turn ``obj`` into an :class:`Adapter`, by these rules in order (docs/conformance.md):
+    """Turn ``obj`` into the :class:`Declared` adapter the suite runs (:func:`_detect`); an
+    exception or exit from the implementation's code on the way (a factory, a constructor, an
+    attribute) is an :class:`~plga.errors.ImplementationLoadError`, as is a declaration the
+    suite cannot honour."""
+    if isinstance(obj, Declared):
+        return obj
+    try:
+        return Declared(_detect(obj, name))
+    except ImplementationLoadError:
+        raise
+    except BaseException as exc:
+        if not _foreign(exc):
+            raise
+        raise ImplementationLoadError(f"building the adapter from {obj!r} raised {_raised(exc)}") from None
+
+
+def _detect(obj: Any, name: str | None = None) -> Any:
+    """The implementation behind ``obj``, by these rules in order (docs/conformance.md):
 
     1. an :class:`Adapter` instance is used as it is;
     2. an :class:`Adapter` subclass is instantiated with no arguments;
     3. any other object with ``capabilities`` and ``dtypes`` attributes (not a class) is a
-       duck-typed adapter (:class:`DuckAdapter`);
+       duck-typed adapter (its operations are delegated to);
     4. a *factory* — a callable marked with :func:`adapter_factory`, or one that declares no
        parameter at all (``def make(): ...``) — is called with no arguments and its result
        goes through these rules again;
@@ -273,18 +347,20 @@ def as_adapter(obj: Any, name: str | None = None) -> Adapter:
 
     Anything else raises :class:`~plga.errors.ImplementationLoadError`.
     """
+    if isinstance(obj, Declared):
+        return obj.obj
     if isinstance(obj, Adapter):
         return obj
     if inspect.isclass(obj) and issubclass(obj, Adapter):
         return obj()
     if not inspect.isclass(obj) and hasattr(obj, "capabilities") and hasattr(obj, "dtypes"):
-        return DuckAdapter(obj)
+        return obj
     if callable(obj) and not inspect.isclass(obj):
         if _is_factory(obj):
             produced = obj()
             if produced is obj or _is_factory(produced):
                 raise ImplementationLoadError(f"the factory {obj!r} returned {produced!r}, not an adapter or attention callable")
-            return as_adapter(produced, name)
+            return _detect(produced, name)
         return CallableAdapter(obj, name)
     raise ImplementationLoadError(f"cannot use {obj!r} as a PLGA implementation: need an Adapter (instance or subclass), "
                                   "a factory, or an attention callable")
@@ -305,9 +381,10 @@ def _import_module(spec: str, module_name: str) -> Any:
                                           "(is it importable? set PYTHONPATH to its folder)") from None
         sys.path.append(cwd)
         return _import_module(spec, module_name)
-    except Exception as exc:  # the module raised while importing
-        raise ImplementationLoadError(f"--impl {spec!r}: importing {module_name!r} failed: "
-                                      f"{type(exc).__name__}: {exc}") from None
+    except BaseException as exc:  # the module raised or exited while importing
+        if not _foreign(exc):
+            raise
+        raise ImplementationLoadError(f"--impl {spec!r}: importing {module_name!r} failed: {_raised(exc)}") from None
 
 
 def _import_object(spec: str) -> Any:
@@ -317,7 +394,7 @@ def _import_object(spec: str) -> Any:
     module = _import_module(spec, module_name)
     if not attr:
         for candidate in ("plga_adapter", "adapter", "plga_attention"):
-            if hasattr(module, candidate):
+            if _lookup(spec, module, candidate) is not _MISSING:
                 attr = candidate
                 break
         else:
@@ -325,11 +402,26 @@ def _import_object(spec: str) -> Any:
                                           "(no plga_adapter/adapter/plga_attention found)")
     obj: Any = module
     for part in attr.split("."):
-        try:
-            obj = getattr(obj, part)
-        except AttributeError:
-            raise ImplementationLoadError(f"--impl {spec!r}: {module_name} has no attribute {attr!r}") from None
+        obj = _lookup(spec, obj, part)
+        if obj is _MISSING:
+            raise ImplementationLoadError(f"--impl {spec!r}: {module_name} has no attribute {attr!r}")
     return obj
+
+
+_MISSING = object()
+
+
+def _lookup(spec: str, obj: Any, attr: str) -> Any:
+    """``getattr(obj, attr)``, :data:`_MISSING` when absent; a module ``__getattr__`` that
+    raises anything else (or exits) is a load error."""
+    try:
+        return getattr(obj, attr)
+    except AttributeError:
+        return _MISSING
+    except BaseException as exc:
+        if not _foreign(exc):
+            raise
+        raise ImplementationLoadError(f"--impl {spec!r}: looking up {attr!r} raised {_raised(exc)}") from None
 
 
 def resolve_impl(spec: str | None = None) -> Adapter:
@@ -338,19 +430,17 @@ def resolve_impl(spec: str | None = None) -> Adapter:
     Raises :class:`~plga.errors.ImplementationLoadError` when the module cannot be imported,
     the object does not exist, or it cannot be made an adapter (its constructor raised).
     """
+    from .guard import watch_user_interrupt
+
     spec = spec or os.environ.get("PLGA_IMPL") or DEFAULT_IMPL
     target = ALIASES.get(spec, spec)
-    obj = _import_object(target)
-    try:
-        adapter = as_adapter(obj)
-    except ImplementationLoadError:
-        raise
-    except Exception as exc:
-        raise ImplementationLoadError(f"--impl {spec!r}: building the adapter failed: {type(exc).__name__}: {exc}") from None
-    try:
-        adapter.spec = spec if spec == target else f"{spec} → {target}"
-    except AttributeError:  # frozen duck-typed adapters
-        pass
+    with watch_user_interrupt():  # a KeyboardInterrupt the module raises is its failure, a typed Ctrl-C stops
+        obj = _import_object(target)
+        try:
+            adapter = as_adapter(obj)
+        except ImplementationLoadError as exc:
+            raise ImplementationLoadError(f"--impl {spec!r}: {exc}") from None
+    adapter.spec = spec if spec == target else f"{spec} → {target}"
     return adapter
 
 
@@ -364,7 +454,7 @@ def available_dtypes(adapter: Adapter, wanted: Iterable[str] = DTYPES) -> list[s
 
 
 __all__ = [
-    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "DuckAdapter", "ForwardOutput",
+    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "Declared", "ForwardOutput",
     "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "available_dtypes",
     "plga_environment", "resolve_impl",
 ]

@@ -8,7 +8,8 @@ policy's three errors and a reproduction note). The pytest suite
 :func:`plga.conformance.parametrize_with_checks` all run these same functions.
 
 Groups: ``attention`` (differential against the reference over drawn shapes, dtypes, masks,
-padding and G families), ``structure`` (sentinel G, batched = per-slice, SDPA at G = I),
+padding and G families), ``structure`` (sentinel G, batched = per-slice, SDPA at G = I,
+non-contiguous inputs),
 ``chain`` (queries → G_LM), ``decoder`` (forward from a state dict), ``cache`` (decoding
 modes and their fidelity).
 """
@@ -386,11 +387,13 @@ def _abs_backward_magnitudes(t: dict[str, Any], w: Any, kw: dict[str, Any]) -> l
 
 @register("attention_backward", "attention", requires=("attention", "backward"), dtypes=("float32", "bfloat16"))
 def check_attention_backward(ctx: Context) -> None:
-    """Gradients with respect to q, k, v and G match float64 autograd of the eager math.
+    """Gradients with respect to q, k, v and G (G given, or None: q, k, v only) match float64 autograd.
 
-    The truth is float64 autograd (there is no mpmath gradient), so float64 kernels are not
-    checked here: their truth would be no more precise than they are. Fully padded rows are
-    not drawn here (their gradient is 0 by convention; the forward checks cover the rows).
+    The truth is float64 autograd of the eager math (there is no mpmath gradient), so float64
+    kernels are not checked here: their truth would be no more precise than they are. Fully
+    padded rows are not drawn here (their gradient is 0 by convention; the forward checks
+    cover the rows). G = None (the identity, no dG) runs in two explicit cases and in the draws:
+    a kernel may take a separate path for it.
     """
     import torch
 
@@ -401,9 +404,11 @@ def check_attention_backward(ctx: Context) -> None:
         smax, smax_allowed = _max_scaled_score(t, c.causal, c.scale)
         _assume(smax <= sh.MAX_ABS_SCORE)
 
+        names = ("q", "k", "v") if t["G"] is None else ("q", "k", "v", "G")  # G = None has no gradient
+
         def grads(fn: Callable[..., Any], dtype: Any, **extra: Any) -> list[Any]:
-            leaves = [t[n].detach().to(dtype).requires_grad_(True) for n in ("q", "k", "v", "G")]
-            out = fn(*leaves, **kw, **extra)
+            leaves = [t[n].detach().to(dtype).requires_grad_(True) for n in names]
+            out = fn(*leaves[:3], leaves[3] if len(leaves) == 4 else None, **kw, **extra)
             (out * w.to(dtype)).sum().backward()
             return [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
 
@@ -411,18 +416,21 @@ def check_attention_backward(ctx: Context) -> None:
         kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype)
         base = [grads(eg.plga_attention, t["q"].dtype, order=o) for o in eg.ATTENTION_ORDERS]
         mags = [m * (1.0 + smax_allowed) for m in _abs_backward_magnitudes(t, w, kw)]
-        for i, name in enumerate(("dq", "dk", "dv", "dG")):
+        for i, name in enumerate(("dq", "dk", "dv", "dG")[: len(names)]):
             assert_conforms(kern[i], [b[i] for b in base], truth[i], dtype=ctx.dtype, k=k_for("attention_backward"),
                             what=f"attention backward {name}", note=c.describe(), magnitude=mags[i])
 
-    fams = ("random", "sentinel", "rank_one")
+    fams = ("random", "sentinel", "rank_one")  # the boundary shapes keep a G with a gradient
     boundary = [c for c in sh.boundary_attention_cases(causal=None, paddings=("none", "right", "left", "random"), families=fams,
                                                        seed=ctx.seed)
                 if c.t * c.s * c.h * c.b <= 40000]
-    for c in boundary:
-        if c.family == "none":  # G needs a gradient here
-            c.family, c.g = "random", sh.make_g("random", (c.b, c.h) if c.g_batched else (c.h,), c.d, np.random.default_rng(c.seed))
-    run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right", "random"), families=fams),
+    boundary += [  # G = None: small odd sizes with left padding; batch 4, 8 heads, 48 keys, causal
+        sh.AttentionCase(2, 3, 5, 7, 4, 3, "none", False, False, "left", 0.3, (ctx.seed * 7919 + 101) % 2**32,
+                         label="boundary: G=None"),
+        sh.AttentionCase(4, 8, 7, 48, 32, 32, "none", False, True, "right", None, (ctx.seed * 7919 + 102) % 2**32,
+                         label="boundary: G=None, causal"),
+    ]
+    run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right", "random"), families=("none", *fams)),
                  body, factor=0.5, boundary=boundary)
 
 
@@ -538,6 +546,53 @@ def check_sdpa_identity(ctx: Context) -> None:
                  boundary=sh.boundary_attention_cases(causal=None, paddings=("none",), families=("identity",), seed=ctx.seed))
 
 
+#: Storage orders of the strided inputs (a permutation of the dims; the view permutes back):
+#: q and k as [B, S, H, d] (the layout of a fused QKV projection), v as [B, H, dv, T], G stored
+#: transposed, the padding mask as [T, B].
+STRIDED_LAYOUTS: dict[str, dict[int, tuple[int, ...]]] = {
+    "q": {4: (0, 2, 1, 3)}, "k": {4: (0, 2, 1, 3)}, "v": {4: (0, 1, 3, 2)},
+    "G": {3: (0, 2, 1), 4: (1, 0, 3, 2)}, "key_padding_mask": {2: (1, 0)},
+}
+
+
+def _strided(x: Any, order: Sequence[int]) -> Any:
+    """``x``'s values as a non-contiguous view: stored with its dims in ``order``, permuted back.
+
+    The view is dense and non-overlapping, so the guard's copies (``clone``) keep its strides
+    and the kernel receives it as laid out here. Where dims of size 1 make ``order`` contiguous
+    after all, the reversed order is used (non-contiguous whenever two dims exceed 1).
+    """
+    for o in (tuple(order), tuple(range(x.ndim))[::-1]):
+        inv = [o.index(i) for i in range(x.ndim)]
+        view = x.permute(*o).contiguous().permute(*inv)
+        if not view.is_contiguous():
+            return view
+    return x
+
+
+@register("strided_inputs", "structure", requires=("attention",))
+def check_strided_inputs(ctx: Context) -> None:
+    """Non-contiguous q, k, v, G and padding mask (permuted views, same values) give the contiguous result."""
+
+    def body(c: sh.AttentionCase) -> None:
+        t = c.tensors(ctx.dtype, ctx.device)
+        kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
+        _assume(_max_scaled_score(t, c.causal, c.scale)[0] <= sh.MAX_ABS_SCORE)
+        views: dict[str, Any] = {n: None if x is None else _strided(x, STRIDED_LAYOUTS[n][x.ndim]) for n, x in t.items()}
+        _assume(all(not views[n].is_contiguous() for n in ("q", "k", "v")))  # all-but-one dims of size 1: no such view
+        truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and c.small, **kw)
+        out = _call(ctx, "attention", views["q"], views["k"], views["v"], views["G"], causal=c.causal,
+                    key_padding_mask=views["key_padding_mask"], scale=c.scale)
+        layout = ", ".join(f"{n} strides {tuple(x.stride())}" for n, x in views.items() if x is not None)
+        assert_conforms(out, _baselines(t, **kw), truth, dtype=ctx.dtype, k=k_for(ctx.name), what="attention (non-contiguous inputs)",
+                        note=f"{c.describe()}\n  inputs passed as non-contiguous views: {layout}",
+                        magnitude=attention_magnitude(t, c.causal, c.scale))
+
+    paddings = ("none", "right", "random", "full_rows")
+    run_property(ctx, sh.attention_cases(causal=None, padding=paddings[:3], min_heads=2), body,
+                 boundary=sh.boundary_attention_cases(causal=None, paddings=paddings, seed=ctx.seed))
+
+
 # --- Operator chain -------------------------------------------------------------------------
 
 
@@ -553,18 +608,21 @@ def _chain_inputs(c: sh.ChainCase, dtype: Any, device: str) -> tuple[Any, dict[s
 @register("operator_chain", "chain", requires=("operator_chain",))
 def check_operator_chain(ctx: Context) -> None:
     """(A, A_LM, A_P, G_LM) from rotated queries match the reference chain, b_a ≠ 0, P of both signs."""
+    import torch
 
     def body(c: sh.ChainCase) -> None:
         q, w = _chain_inputs(c, ctx.torch_dtype, ctx.device)
         out = _call(ctx, "operator_chain", q, w)
-        out_dtype = out[-1].dtype
+        # the chain runs in float32 or wider whatever the activations' dtype: judged in that
+        # dtype, never in the (possibly narrower) dtype the kernel chose to return
+        chain = torch.float64 if ctx.torch_dtype == torch.float64 else torch.float32
         truth = oracle.truth_chain(q, w, mp=ctx.mp and c.d <= 4)
-        qb, wb = q.to(out_dtype), eg.cast_layer_weights(w, out_dtype)
+        qb, wb = q.to(chain), eg.cast_layer_weights(w, chain)
         base = [eg.operator_chain(qb, wb, order=o) for o in eg.ORDERS]
         from .tolerance import dtype_name
 
         for i, name in enumerate(("A", "A_LM", "A_P", "G_LM")):
-            assert_conforms(out[i], [b[i] for b in base], truth[i], dtype=dtype_name(out_dtype), k=k_for("operator_chain"),
+            assert_conforms(out[i], [b[i] for b in base], truth[i], dtype=dtype_name(chain), k=k_for("operator_chain"),
                             what=f"operator chain {name}", note=c.describe())
 
     run_property(ctx, sh.chain_cases(), body, boundary=sh.boundary_chain_cases(ctx.seed))
@@ -602,20 +660,28 @@ class DecoderCase:
 
 
 def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False) -> list[DecoderCase]:
-    """One explicit case per boundary configuration; generation cases decode 0, 1 or several tokens."""
+    """One explicit case per boundary configuration, then :data:`~.strategies.BOUNDARY_DECODER_EXTRA`
+    (a 40-token prompt; a batch of 4 padded rows — on the left at float64, where left padding
+    can be judged, else on the right); generation cases decode 0, 1 or several tokens."""
     out = []
-    for i, config in enumerate(sh.boundary_configs()):
+    configs = sh.boundary_configs()
+    for i, config in enumerate(configs):
         batches = sh.boundary_tokens(config.input_vocab_size, ctx.seed + i, left_padding=ctx.mp, min_len=min_len,
                                      max_len=6 if generation else 9)
         n = (0, 1, 4, 3, 2)[i] if generation else 0
         out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, batches[i % len(batches)], n, label=f"boundary #{i}"))
+    for j, (ci, batch, length, new) in enumerate(sh.BOUNDARY_DECODER_EXTRA, start=len(configs)):
+        config = configs[ci]
+        tokens = sh.padded_tokens(config.input_vocab_size, ctx.seed + j, batch=batch, length=max(length, min_len),
+                                  left_padding=ctx.mp)
+        out.append(DecoderCase(config, (ctx.seed * 7919 + j) % 2**31, tokens, new if generation else 0, label=f"boundary #{j}"))
     return out
 
 
 @st.composite
 def _decoder_cases(draw: Any, *, left_padding: bool, min_len: int = 1, generation: bool = False) -> DecoderCase:
     config = draw(sh.decoder_configs(), label="config")
-    tokens = draw(sh.token_batches(vocab=config.input_vocab_size, max_len=6 if generation else 9, max_batch=3 if generation else 2,
+    tokens = draw(sh.token_batches(vocab=config.input_vocab_size, max_len=6 if generation else 20, max_batch=4,
                                    min_len=max(min_len, 2 if generation else 1), left_padding=left_padding), label="tokens")
     n = draw(st.integers(0, 4), label="new tokens") if generation else 0
     return DecoderCase(config, draw(st.integers(0, 2**31 - 1), label="weights seed"), tokens, n)
@@ -664,14 +730,25 @@ def _forward_compare(ctx: Context, state: dict[str, Any], config: Any, tokens: n
     if constant_g is None and truth_logits is None:  # drawn cases only (the golden case is fixed)
         _assume_power_conditioned(ctx, state, config, tokens)
     out = _call(ctx, "forward", state, config, tok, constant_g=constant_g)
+    truth = None
+    if truth_logits is None or out.G_LM is not None:
+        truth = oracle.truth_forward(state, config, tokens, constant_g)
     if truth_logits is None:
-        truth_logits = oracle.truth_forward(state, config, tokens, constant_g).logits
-    base = [d.forward(tok, constant_g)[0] for d in _baseline_decoders(state, config)]
-    logits = getattr(out, "logits", None)
-    if logits is None:
-        raise ConformanceFailure(f"{what}: forward returned {type(out).__name__}, not a ForwardOutput with logits")
-    assert_conforms(logits, base, truth_logits, dtype=ctx.dtype, k=k_for(ctx.name), what=what,
-                    note=note or f"tokens {tokens.tolist()}")
+        assert truth is not None
+        truth_logits = truth.logits
+    base = [d.forward(tok, constant_g) for d in _baseline_decoders(state, config)]
+    note = note or f"tokens {tokens.tolist()}"
+    assert_conforms(out.logits, [b[0] for b in base], truth_logits, dtype=ctx.dtype, k=k_for(ctx.name), what=what, note=note)
+    if out.G_LM is None:  # the protocol lets a forward return no operators
+        return
+    if len(out.G_LM) != config.num_layers:
+        raise ConformanceFailure(f"{what}: forward returned G_LM for {len(out.G_LM)} layers, the config has "
+                                 f"{config.num_layers}\n{note}")
+    assert truth is not None
+    for i, g in enumerate(out.G_LM):  # each [B, H, d, d], downstream of the power stage
+        want = np.broadcast_to(truth.deductive[i]["G_LM"], (tokens.shape[0], *np.shape(truth.deductive[i]["G_LM"])[-3:]))
+        assert_conforms(g, [b[1][i]["G_LM"].expand(*want.shape) for b in base], want, dtype=ctx.dtype,
+                        k=k_for("operator_chain"), what=f"{what}: G_LM of layer {i}", note=note)
 
 
 @register("forward_logits", "decoder", requires=("forward",))
@@ -778,7 +855,7 @@ def _baseline_gen(state: dict[str, Any], config: Any, prompt: np.ndarray, n: int
 
 @register("cache_modes", "cache", requires=("cache_kv", "cache_kvg"))
 def check_cache_modes(ctx: Context) -> None:
-    """KV and KVG decoding (batch up to 3, padded prompts, 0 … 4 new tokens) match the reference and each other."""
+    """KV and KVG decoding (batch up to 4, padded prompts up to 40 tokens, 0 … 4 new tokens) match the reference and each other."""
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, prompt, n, note = c.config, c.tokens, c.new_tokens, c.note()

@@ -10,6 +10,13 @@ Every call of an implementation's operation goes through :func:`call_operation`:
 * **escapes** — ``SystemExit`` (``sys.exit(0)``), ``KeyboardInterrupt`` (not typed by the
   user), ``GeneratorExit`` and every other exception leaving the kernel are a
   :class:`KernelCrash`: a failure of the check that called it, never an exit of plga.
+* **outputs** — what an operation returns is taken apart inside the guard (:func:`owned_output`):
+  every tensor must be a plain ``torch.Tensor`` (not a subclass, whose methods would run the
+  implementation's code later, when the suite examines it — outside the guard —, nor an array
+  or list) and is cloned, so the suite holds its own copy: an implementation that returns its
+  static output buffers (as a captured CUDA graph does) cannot change a result after the call.
+  Attention returns q's dtype; generated tokens are integers. A violation is a
+  :class:`BadOutput`.
 
 :func:`time_limit` bounds one check: a repeating ``SIGALRM`` timer (main thread; it also
 interrupts ``time.sleep`` and lock waits) or, off the main thread, an asynchronous exception
@@ -55,6 +62,10 @@ class KernelCrash(ConformanceFailure):
 
 class InputMutated(ConformanceFailure):
     """The implementation modified one of its inputs in place."""
+
+
+class BadOutput(ConformanceFailure):
+    """The implementation returned something other than the protocol's plain tensors."""
 
 
 # --- user interrupts ------------------------------------------------------------------------
@@ -141,9 +152,20 @@ def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     snapshot = {n: (x.detach().clone() if keep(x) else x) for n, x in given.items()}
     pos = [copies[n] for n in names[: len(args)]]
     kw = {n: copies[n] for n in kwargs}
+    out = _guarded(op, lambda: fn(*pos, **kw))
+    for n in given:
+        after = copies[n].detach() if keep(copies[n]) else copies[n]
+        if not _same(after, snapshot[n]):
+            raise InputMutated(f"kernel modified its input `{n}` in place during {op} (the protocol has no in-place "
+                               "operation: inputs must be left as they were passed)")
+    return _guarded(op, lambda: owned_output(op, out, given))
+
+
+def _guarded(op: str, run: Callable[[], Any]) -> Any:
+    """``run()``, every escape from the implementation's code a :class:`KernelCrash`."""
     try:
-        out = fn(*pos, **kw)
-    except CheckTimeout:
+        return run()
+    except (CheckTimeout, BadOutput):
         raise
     except AssertionError as exc:
         raise KernelCrash(f"{op} raised AssertionError: {exc}") from exc
@@ -153,11 +175,55 @@ def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
         what = type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
         raise KernelCrash(f"{op} raised {what} — an implementation's exception or exit is a failure of the check, "
                           "not a verdict") from None
-    for n in given:
-        after = copies[n].detach() if keep(copies[n]) else copies[n]
-        if not _same(after, snapshot[n]):
-            raise InputMutated(f"kernel modified its input `{n}` in place during {op} (the protocol has no in-place "
-                               "operation: inputs must be left as they were passed)")
+
+
+# --- outputs --------------------------------------------------------------------------------
+
+
+def _plain(op: str, what: str, x: Any) -> Any:
+    """The suite's own copy of one returned tensor (autograd kept), or :class:`BadOutput`."""
+    import torch
+
+    if type(x) is not torch.Tensor:
+        kind = type(x).__module__ + "." + type(x).__qualname__
+        raise BadOutput(f"{op} returned {what} as a {kind}: the protocol asks for a plain torch.Tensor "
+                        "(not a subclass, an array or a list)")
+    return x.clone()
+
+
+def owned_output(op: str, out: Any, given: Mapping[str, Any]) -> Any:
+    """``out`` of operation ``op`` rebuilt from plain, cloned tensors (the module docstring);
+    ``given`` holds the call's arguments by name. Runs inside the guard: whatever the
+    implementation's objects do while they are read counts as the operation's own."""
+    import torch
+
+    from .adapter import ForwardOutput, GenerateOutput
+
+    if op == "attention":
+        res = _plain(op, "its output", out)
+        q = given.get("q")
+        if q is not None and res.dtype != q.dtype:
+            raise BadOutput(f"attention returned {res.dtype} for {q.dtype} inputs: the output must be in q's dtype")
+        return res
+    if op == "operator_chain":
+        if not isinstance(out, (tuple, list)) or len(out) != 4:
+            raise BadOutput(f"operator_chain returned {type(out).__name__}, not the four tensors (A, A_LM, A_P, G_LM)")
+        return tuple(_plain(op, name, x) for name, x in zip(("A", "A_LM", "A_P", "G_LM"), out, strict=True))
+    if op == "forward":
+        if not isinstance(out, ForwardOutput):
+            raise BadOutput(f"forward returned {type(out).__name__}, not a ForwardOutput(logits, G_LM)")
+        logits, g = out.logits, out.G_LM
+        if g is not None and not isinstance(g, (list, tuple)):
+            raise BadOutput(f"forward returned G_LM as {type(g).__name__}: a list of per-layer tensors, or None")
+        return ForwardOutput(_plain(op, "logits", logits),
+                             None if g is None else [_plain(op, f"G_LM[{i}]", x) for i, x in enumerate(g)])
+    if op == "generate":
+        if not isinstance(out, GenerateOutput):
+            raise BadOutput(f"generate returned {type(out).__name__}, not a GenerateOutput(tokens, step_logits)")
+        tokens, steps = _plain(op, "tokens", out.tokens), out.step_logits
+        if tokens.is_floating_point() or tokens.is_complex() or tokens.dtype == torch.bool:
+            raise BadOutput(f"generate returned tokens of dtype {tokens.dtype}: token ids must be integers")
+        return GenerateOutput(tokens, None if steps is None else _plain(op, "step_logits", steps))
     return out
 
 
@@ -230,6 +296,7 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 
 __all__ = [
-    "OPERATION_ARGS", "STUCK_GRACE", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation", "time_limit",
+    "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
+    "owned_output", "time_limit",
     "user_interrupted", "watch_user_interrupt",
 ]

@@ -2,16 +2,18 @@
 
 **Regions.** Every check first runs its *boundary cases* — a fixed list, the same in every
 profile, that visits every region of every input axis at least once: lengths 1, small odd
-sizes (3, 5, 7, 13, 17, 33, 65) and sizes past 16/32/64/128 (keys 129–300, so key-block tiling
-of 64 or 128 leaves a tail), head dims 2 … 128 (48, 80, 96, 128), value widths ≠ d, heads
-1 … 14 (the paper's 14 heads of 64), S < T, S = T, S = 1, S > T (unmasked), every scale region
+sizes (3, 5, 7, 13, 17, 33, 65) and sizes past 16/32/64/128 (keys 40–64 and 129–300, so
+key-block tiling of 64 or 128 leaves a tail), head dims 2 … 256 (32, 48, 80, 96, 128, 160,
+256), value widths ≠ d, heads 1 … 33 (8 and 16, multiples of a head chunk; the paper's 14
+heads of 64), batch 1 … 5, S < T, S = T, S = 1, S > T (unmasked), every scale region
 (None, given, tiny, large), every padding pattern (none, right, left, scattered holes, fully
 padded batch rows), every G family (identity, random, sentinel, ill-conditioned, rank one,
 the trained G_LM, batched [B,H,d,d]), five decoder configurations (1–3 layers and heads, both
 RoPE styles, 1–3 residual units and SwiGLU blocks) and generation with 0, 1 and several new
-tokens at batch 3 with padding. Then the profile's Hypothesis budget draws small random cases
-around them. Each case reports its regions (:meth:`AttentionCase.regions`, …) for the
-coverage report.
+tokens at batch 3 with padding, plus a 40-token prompt (positions past 16 and 32) and a batch
+of 4 padded rows. Then the profile's Hypothesis budget draws small random cases around them
+(attention: T ≤ 72, H ≤ 8, B ≤ 4, d ≤ 32). Each case reports its regions
+(:meth:`AttentionCase.regions`, …) for the coverage report.
 
 Shapes, flags and families are drawn with labels, so a failure prints e.g. ``Draw 3 (G family):
 'sentinel'``. Tensor *values* come from a drawn 32-bit seed through NumPy's PCG64 (bounded
@@ -43,8 +45,9 @@ G_FAMILIES = ("none", "identity", "random", "rank_one", "ill_conditioned", "sent
 #: Rejection bound on |scaled score| (see the module docstring).
 MAX_ABS_SCORE = 1e3
 
-#: Awkward lengths (seq 1, primes, non-multiples of tile sizes) kept in every draw's range.
-AWKWARD_LENGTHS = (1, 2, 3, 5, 7, 11, 13, 17)
+#: Awkward lengths (seq 1, primes, one short of or one past a 16/32/64-wide tile) kept in
+#: every draw's range.
+AWKWARD_LENGTHS = (1, 2, 3, 5, 7, 11, 13, 17, 31, 33, 63, 65)
 
 
 def sentinel_g(h: int, d: int) -> np.ndarray:
@@ -97,12 +100,20 @@ def available_families() -> tuple[str, ...]:
     return G_FAMILIES if oracle.trained_g_lm() is not None else tuple(f for f in G_FAMILIES if f != "trained")
 
 
+#: Upper ends of the size regions: powers of two, where tiled kernels put their block, chunk
+#: and tile boundaries (key blocks of 16–128, head chunks of 4–32, value tiles of 16–128).
+SIZE_REGION_ENDS = (1, 8, 16, 32, 64, 128, 256)
+
+
 def size_region(n: int) -> str:
-    """The region of a length or width that tiled kernels special-case."""
-    for hi, name in ((1, "1"), (16, "2–16"), (64, "17–64"), (128, "65–128")):
+    """The region of a length or width that tiled kernels special-case: 1, 2–8, 9–16, 17–32,
+    33–64, 65–128, 129–256, 257+ (a region is printed only when a case inside it ran)."""
+    lo = 1
+    for hi in SIZE_REGION_ENDS:
         if n <= hi:
-            return name
-    return "129+"
+            return str(hi) if lo == hi else f"{lo}–{hi}"
+        lo = hi + 1
+    return f"{lo}+"
 
 
 def scale_region(scale: float | None) -> str:
@@ -208,7 +219,9 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: head counts 5/7/13/33 past head chunks of 4/8/16/32, the paper's 14 heads of 64, query
 #: tails past 128-row blocks (131), batch 5, batched G, every scale region; last, the paper's
 #: heads at a prefill length (160 queries: two 128-row blocks, the size where bfloat16 kernels
-#: on the CPU leave the flash kernel for query blocks).
+#: on the CPU leave the flash kernel for query blocks); then head counts that are multiples of
+#: 8 (8, 16: head chunks with no tail), keys inside 33–64 (40, 48: one partial 64-key block),
+#: batch 4, d = 32 with S ≠ T, and head dims past 128 (160, 256: wider than a 128-wide tile).
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -222,6 +235,10 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (5, 33, 2, 70, 4, 193, "random", True, None),
     (1, 1, 131, 131, 32, 32, "sentinel", False, 0.5),
     (1, 14, 160, 160, 64, 64, "trained", False, None),
+    (4, 8, 7, 48, 32, 32, "random", False, None),
+    (2, 16, 24, 40, 8, 8, "sentinel", True, 0.25),
+    (1, 2, 5, 9, 160, 160, "rank_one", False, 0.05),
+    (2, 3, 4, 4, 256, 256, "random", True, None),
 )
 
 
@@ -255,12 +272,13 @@ def boundary_attention_cases(*, causal: bool | None, paddings: tuple[str, ...], 
 @st.composite
 def attention_cases(
     draw: Any, *, causal: bool | None = None, padding: tuple[str, ...] = ("none",), families: tuple[str, ...] | None = None,
-    max_len: int = 21, dims: tuple[int, ...] = (2, 4, 6, 8, 16, 24), min_heads: int = 1, max_batch: int = 3,
+    max_len: int = 72, dims: tuple[int, ...] = (2, 4, 6, 8, 16, 24, 32), min_heads: int = 1, max_heads: int = 8,
+    max_batch: int = 4,
 ) -> AttentionCase:
-    """A drawn :class:`AttentionCase` (small shapes; the boundary cases hold the large ones);
-    ``causal=None`` draws it."""
+    """A drawn :class:`AttentionCase` (shapes up to T, S ≤ 72 — one 64-key block and a tail —,
+    H ≤ 8, B ≤ 4, d ≤ 32; the boundary cases hold the large ones); ``causal=None`` draws it."""
     b = draw(st.integers(1, max_batch), label="batch")
-    h = draw(st.integers(min_heads, max(min_heads, 5)), label="heads")
+    h = draw(st.integers(min_heads, max(min_heads, max_heads)), label="heads")
     d = draw(st.sampled_from(dims), label="d")
     awkward = [n for n in AWKWARD_LENGTHS if n <= max_len]
     t = draw(st.one_of(st.sampled_from(awkward), st.integers(1, max_len)), label="T (keys)")
@@ -390,6 +408,28 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
     return [t.astype(np.int64) for t in out]
 
 
+#: Decoder boundary cases past the short prompts, (index into :data:`BOUNDARY_CONFIGS`, batch,
+#: prompt length, new tokens when generating): a 40-token prompt (positions past 16 and 32,
+#: where a RoPE table, a cache block or a position loop sized 16/32 ends; generation carries
+#: it to 43) and a batch of 4 rows padded to different lengths (batch ≥ 4: one more row than
+#: a batch-3 test shape).
+BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = ((1, 2, 40, 3), (3, 4, 9, 2))
+
+
+def padded_tokens(vocab: int, seed: int, *, batch: int, length: int, left_padding: bool) -> np.ndarray:
+    """[batch, length] token ids: row 0 unpadded, row i padded by i·length/(batch+1) ids (0) on
+    the left when ``left_padding``, else on the right, so every row keeps a real token and the
+    rows' lengths differ."""
+    tokens = np.random.default_rng(seed).integers(1, vocab, size=(batch, length))
+    for i in range(1, batch):
+        n = i * length // (batch + 1)
+        if n and left_padding:
+            tokens[i, :n] = 0
+        elif n:
+            tokens[i, length - n :] = 0
+    return tokens.astype(np.int64)
+
+
 @st.composite
 def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2, min_len: int = 1,
                   left_padding: bool = True) -> np.ndarray:
@@ -418,8 +458,9 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 
 __all__ = [
-    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_SHAPES", "G_FAMILIES", "MAX_ABS_SCORE", "PADDINGS", "AttentionCase",
-    "ChainCase", "attention_cases", "available_families", "boundary_attention_cases", "boundary_chain_cases",
-    "boundary_configs", "boundary_tokens", "chain_cases", "config_regions", "decoder_configs", "make_config", "make_g",
-    "padding_mask", "scale_region", "sentinel_g", "size_region", "token_batches", "token_regions",
+    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "G_FAMILIES", "MAX_ABS_SCORE",
+    "PADDINGS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
+    "boundary_attention_cases", "boundary_chain_cases", "boundary_configs", "boundary_tokens", "chain_cases",
+    "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "scale_region",
+    "sentinel_g", "size_region", "token_batches", "token_regions",
 ]

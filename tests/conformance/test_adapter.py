@@ -17,7 +17,7 @@ from plga.conformance import (
     quick_summary,
     resolve_impl,
 )
-from plga.conformance.adapter import CallableAdapter, DuckAdapter
+from plga.conformance.adapter import CallableAdapter, Declared
 from plga.conformance.broken import transposed_g
 from plga.conformance.guard import InputMutated, KernelCrash, call_operation
 from plga.errors import ImplementationLoadError
@@ -35,7 +35,7 @@ def test_third_party_parametrize_with_checks(impl, check):
 
 def test_plain_callable_is_an_attention_only_adapter():
     a = as_adapter(my_attention)
-    assert isinstance(a, CallableAdapter)
+    assert isinstance(a, Declared) and isinstance(a.obj, CallableAdapter)
     assert a.capabilities == {"attention", "causal", "key_padding_mask"}
     with pytest.raises(SkipCheck, match="does not declare capability 'operator_chain'"):
         a.require("operator_chain")
@@ -49,7 +49,7 @@ def test_variadic_callable_is_attention_not_a_factory():
         return K.plga_attention(*args, **kwargs)
 
     a = as_adapter(variadic)
-    assert isinstance(a, CallableAdapter) and calls == []  # never called with no arguments
+    assert isinstance(a.obj, CallableAdapter) and calls == []  # never called with no arguments
     report = check_kernel(variadic, checks=["attention_unmasked[float32]"], shrink=False)
     assert report.verdict == "PASS" and calls and set(calls) == {4}
 
@@ -79,7 +79,7 @@ def test_detection_rules_factories_subclasses_duck_types():
             return my_attention(*a, **{n: v for n, v in k.items() if n != "finite_mask"})
 
     duck = as_adapter(Duck())
-    assert isinstance(duck, DuckAdapter) and duck.name == "duck"
+    assert isinstance(duck, Declared) and duck.name == "duck"
     assert check_kernel(Duck(), checks=["attention_causal"]).verdict == "NOTHING VERIFIED"  # 'causal' undeclared
     with pytest.raises(ImplementationLoadError):
         as_adapter(42)
@@ -93,7 +93,7 @@ def test_switch_aliases_env_and_load_errors(monkeypatch):
     assert "reference" in resolve_impl("reference").name
     monkeypatch.setenv("PLGA_IMPL", "plga.conformance.broken:transposed_g")
     a = resolve_impl()
-    assert isinstance(a, CallableAdapter) and "transposed_g" in a.name
+    assert isinstance(a.obj, CallableAdapter) and "transposed_g" in a.name
     monkeypatch.delenv("PLGA_IMPL")
     assert resolve_impl().name.startswith("plga.kernels")  # the project's kernels are the default
     with pytest.raises(ImplementationLoadError, match="cannot import module"):

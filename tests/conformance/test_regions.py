@@ -1,0 +1,186 @@
+"""The suite reaches the regions an audit found unvisited, and fails a kernel wrong only there.
+
+Each negative control below is the project's own kernel (:mod:`plga.kernels`, through the
+default adapter) made wrong in exactly one region — the output (or its gradient, or the
+decoder's logits) multiplied by 1.5 there and nowhere else:
+
+* attention: H a multiple of 8; 22 ≤ T ≤ 64 keys; batch 4; head dim d > 128; d = 32 with
+  S ≠ T; non-contiguous q, k or v (the ``strided_inputs`` check);
+* backward: gradients wrong only when G is None;
+* decoder and caches: logits wrong past position 16 (a 40-token prompt); wrong for batch ≥ 4.
+
+Before these regions were added every one of them got PASS. Each must now get FAIL in the
+quick profile, while the unmodified kernels PASS the same checks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from plga.conformance import Adapter, check_kernel
+from plga.conformance import strategies as sh
+from plga.conformance.adapter import ForwardOutput, GenerateOutput
+from plga.conformance.adapters import kernels
+from plga.kernels import plga_attention
+
+#: The decoder-level checks (cache checks included) a decoder control runs through.
+DECODER_CHECKS = ("forward_logits", "forward_collapsed", "cache_modes", "collapsed_equals_kvg", "gcache_invalidated",
+                  "cache_nocache")
+
+
+def _attention_wrong_when(name: str, wrong: Callable[[Any, Any, Any], bool]) -> Callable[..., Any]:
+    """The project's attention, its output × 1.5 when ``wrong(q, k, v)`` holds (q [B,H,S,d],
+    k [B,H,T,d], v [B,H,T,dv])."""
+
+    def attention(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                  scale: float | None = None) -> Any:
+        out = plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+        return out * 1.5 if wrong(q, k, v) else out
+
+    attention.plga_name = f"wrong only for {name}"  # type: ignore[attr-defined]
+    return attention
+
+
+#: (region, predicate on (q, k, v), the check that must catch it)
+ATTENTION_REGIONS = [
+    ("heads a multiple of 8", lambda q, k, v: q.shape[1] % 8 == 0, "attention_unmasked"),
+    ("22 <= T <= 64 keys", lambda q, k, v: 22 <= k.shape[2] <= 64, "attention_unmasked"),
+    ("batch 4", lambda q, k, v: q.shape[0] == 4, "attention_unmasked"),
+    ("d > 128", lambda q, k, v: q.shape[-1] > 128, "attention_unmasked"),
+    ("d = 32 with S != T", lambda q, k, v: q.shape[-1] == 32 and q.shape[2] != k.shape[2], "attention_unmasked"),
+    ("heads a multiple of 8 (causal)", lambda q, k, v: q.shape[1] % 8 == 0, "attention_causal"),
+    ("batch 4 (padding)", lambda q, k, v: q.shape[0] == 4, "attention_padding"),
+    ("d > 128 (G = I vs SDPA)", lambda q, k, v: q.shape[-1] > 128, "sdpa_identity"),
+    ("non-contiguous q, k or v", lambda q, k, v: not all(x.is_contiguous() for x in (q, k, v)), "strided_inputs"),
+]
+
+
+@pytest.mark.parametrize(("region", "wrong", "check"), ATTENTION_REGIONS, ids=[r[0] for r in ATTENTION_REGIONS])
+def test_attention_wrong_in_one_region_fails(region, wrong, check):
+    report = check_kernel(_attention_wrong_when(region, wrong), checks=[check], profile="quick", shrink=False)
+    assert report.verdict == "FAIL", f"a kernel wrong only for {region} passed {check}:\n{report.summary()}"
+    assert report.failed_checks() == {check}, report.summary()
+    # a conformance failure of the tolerance policy (not a crash), with its reproduction
+    assert all("exceeds k·baseline + floor" in f.message and "Reproduce" in f.message for f in report.failures), (
+        report.failures[0].message)
+
+
+def test_non_contiguous_control_is_wrong_only_there():
+    """The strided control conforms wherever inputs are contiguous: only strided_inputs sees it."""
+    wrong = _attention_wrong_when("non-contiguous inputs", lambda q, k, v: not all(x.is_contiguous() for x in (q, k, v)))
+    report = check_kernel(wrong, checks=["attention_unmasked", "attention_padding", "strided_inputs"], dtypes=["float32"],
+                          profile="quick", shrink=False)
+    assert report.failed_checks() == {"strided_inputs"}, report.summary()
+
+
+class _NoneGradScaled(torch.autograd.Function):
+    """Identity forward; the incoming gradient × 1.5 backward."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return grad * 1.5
+
+
+def backward_wrong_for_g_none(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                              scale: float | None = None) -> Any:
+    """The project's attention; when G is None its gradients in q, k, v are × 1.5 (forward exact)."""
+    out = plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    return _NoneGradScaled.apply(out) if G is None else out
+
+
+backward_wrong_for_g_none.plga_capabilities = frozenset({"attention", "causal", "key_padding_mask", "backward"})  # type: ignore[attr-defined]
+backward_wrong_for_g_none.plga_dtypes = ("float32", "bfloat16")  # type: ignore[attr-defined]
+
+
+def test_backward_wrong_only_for_g_none_fails():
+    report = check_kernel(backward_wrong_for_g_none, checks=["attention_backward", "attention_unmasked"], profile="quick",
+                          shrink=False)
+    assert report.failed_checks() == {"attention_backward"}, report.summary()
+    assert all("G=None" in f.message and "attention backward d" in f.message for f in report.failures), report.failures[0].message
+
+
+class _WrongDecoder(Adapter):
+    """The project's decoder (the default adapter), its logits × 1.5 where ``wrong_at(batch,
+    position)`` holds: the forward's logits at every position, and a generation step's logits
+    at the position the step reads (prompt length − 1 + step)."""
+
+    dtypes = ("float64", "float32")
+
+    def __init__(self, name: str, wrong_at: Callable[[int, int], bool]) -> None:
+        self.inner = kernels()
+        self.name, self.wrong_at = f"decoder wrong only for {name}", wrong_at
+        self.capabilities = self.inner.capabilities & {"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"}
+        self.version, self.device = self.inner.version, self.inner.device
+
+    def _scaled(self, logits: Any, positions: range) -> Any:  # logits [B, N, V], one row per position
+        factor = torch.tensor([1.5 if self.wrong_at(logits.shape[0], p) else 1.0 for p in positions], dtype=logits.dtype)
+        return logits * factor.to(logits.device)[None, :, None]
+
+    def forward(self, state_dict: Any, config: Any, tokens: Any, *, constant_g: Any = None) -> ForwardOutput:
+        out = self.inner.forward(state_dict, config, tokens, constant_g=constant_g)
+        return ForwardOutput(self._scaled(out.logits, range(tokens.shape[1])), out.G_LM)
+
+    def generate(self, state_dict: Any, config: Any, prompt: Any, max_new_tokens: int, *, mode: str,
+                 constant_g: Any = None) -> GenerateOutput:
+        out = self.inner.generate(state_dict, config, prompt, max_new_tokens, mode=mode, constant_g=constant_g)
+        s = prompt.shape[1]
+        return GenerateOutput(out.tokens, self._scaled(out.step_logits, range(s - 1, s - 1 + max_new_tokens)))
+
+
+DECODER_REGIONS = [
+    ("positions past 16", lambda b, p: p >= 16, DECODER_CHECKS),
+    ("batch >= 4", lambda b, p: b >= 4, tuple(c for c in DECODER_CHECKS if c != "collapsed_equals_kvg")),  # single prompts
+]
+
+
+@pytest.mark.parametrize(("region", "wrong_at", "check"),
+                         [(r, w, c) for r, w, cs in DECODER_REGIONS for c in cs],
+                         ids=[f"{r}-{c}" for r, _, cs in DECODER_REGIONS for c in cs])
+def test_decoder_wrong_in_one_region_fails(region, wrong_at, check):
+    report = check_kernel(_WrongDecoder(region, wrong_at), checks=[check], profile="quick", shrink=False)
+    assert report.verdict == "FAIL", f"a decoder wrong only for {region} passed {check}:\n{report.summary()}"
+    assert report.failed_checks() == {check}, report.summary()
+    assert all("logits" in f.message for f in report.failures), report.failures[0].message
+
+
+def test_decoder_controls_are_wrong_only_there():
+    """Short prompts at batch ≤ 3 (the golden checkpoint: 12 tokens, batch 2) see no difference."""
+    for region, wrong_at, _ in DECODER_REGIONS:
+        report = check_kernel(_WrongDecoder(region, wrong_at), checks=["forward_golden"], profile="quick", shrink=False)
+        assert report.verdict == "PASS", report.summary()
+
+
+def test_project_kernels_pass_the_same_checks():
+    checks = sorted({c for _, _, c in ATTENTION_REGIONS} | {"attention_backward", *DECODER_CHECKS})
+    report = check_kernel("default", checks=checks, profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()
+    assert not report.counts()["skipped"], report.summary()
+
+
+def test_coverage_report_names_the_new_regions():
+    report = check_kernel("default", checks=["attention_unmasked[float32]", "forward_logits[float32]"], profile="quick")
+    att, dec = ({axis: set(regions) for axis, regions in report.coverage()[g].items()} for g in ("attention", "decoder"))
+    assert {"9–16", "33–64"} <= att["heads"] and {"17–32", "33–64", "257+"} <= att["T (keys)"]
+    assert "129–256" in att["d"]
+    assert "33–64" in dec["sequence length"]
+
+
+def test_boundary_shapes_reach_the_regions():
+    """Each region an audit found unvisited has a boundary case (so every profile reaches it)."""
+    shapes = sh.BOUNDARY_SHAPES  # (B, H, S, T, d, dv, family, batched, scale)
+    assert any(h % 8 == 0 for _, h, *_ in shapes) and any(h == 16 for _, h, *_ in shapes)
+    assert any(22 <= t <= 64 for _, _, _, t, *_ in shapes)
+    assert any(b == 4 for b, *_ in shapes)
+    assert any(d > 128 for *_, d, _, _, _, _ in shapes)
+    assert any(d == 32 and s != t for _, _, s, t, d, *_ in shapes)
+    extra = sh.BOUNDARY_DECODER_EXTRA  # (config index, batch, prompt length, new tokens)
+    assert any(length > 16 for _, _, length, _ in extra) and any(b >= 4 for _, b, _, _ in extra)
+    assert all(length + n <= sh.boundary_configs()[i].max_seq_len for i, _, length, n in extra)
