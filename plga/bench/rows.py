@@ -68,6 +68,9 @@ class Row:
     bandwidth_fraction: float | None = None
     step_compute_s: float | None = None
     loop_overhead_fraction: float | None = None
+    loop_overhead_pairs: list[float] | None = None  # each pair's 1 − compute ÷ wall, unclipped
+    #: why a derived field is absent although its inputs were measured ({field: reason})
+    unmeasured: dict[str, str] | None = None
     collapse_fluctuation_max: float | None = None
     # accuracy of a low-precision row against float64 (logits of the case's prompt)
     logits_max_abs_error: float | None = None
@@ -175,10 +178,17 @@ def _derive_decode(row: Row, raw: dict[str, Any], spec: dict[str, Any], limits: 
         # each pair: a step's compute in a profiled run ÷ a step's wall time in the runs beside it
         compute = [max(0.0, p["generate_compute_s"] - p["prefill_compute_s"]) / (n - 1) for p in pairs]
         wall = [(p["generate_s"] - p["prefill_s"]) / (n - 1) for p in pairs]
-        fractions = [max(0.0, 1.0 - c / w) for c, w in zip(compute, wall, strict=True) if w > 0]
+        fractions = [1.0 - c / w for c, w in zip(compute, wall, strict=True) if w > 0]
         if fractions:
             row.step_compute_s = statistics.median(compute)
-            row.loop_overhead_fraction = statistics.median(fractions)
+            row.loop_overhead_pairs = fractions
+            middle = statistics.median(fractions)
+            if middle >= 0:
+                row.loop_overhead_fraction = middle
+            else:  # the profiled compute outran the wall time beside it: the host's speed changed
+                row.unmeasured = {**(row.unmeasured or {}), "loop_overhead_fraction": (
+                    f"inconsistent: in the median pair the profiled step's compute exceeded the unprofiled step's wall "
+                    f"({100 * middle:.0f} %): the host changed speed between the runs")}
 
 
 def workload_key(row: Row) -> tuple[Any, ...]:

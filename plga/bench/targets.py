@@ -76,11 +76,17 @@ def find(rows: list[Row], **want: Any) -> Row | None:
 
 
 def field(name: str, **want: Any) -> Measure:
-    """The value of ``name`` on the row matching ``want``."""
+    """The value of ``name`` on the row matching ``want`` (its ``why`` says why a row holds
+    none: :attr:`Row.unmeasured`)."""
     def measure(rows: list[Row]) -> float | None:
         r = find(rows, **want)
         return None if r is None else getattr(r, name)
 
+    def why(rows: list[Row]) -> str:
+        r = find(rows, **want)
+        return ((r.unmeasured or {}).get(name, "") if r is not None else "")
+
+    measure.why = why  # type: ignore[attr-defined]
     return measure
 
 
@@ -232,8 +238,10 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS) -> 
     out = []
     for t in targets:
         why = ""
-        if t.measured_by_command and t.measure(rows) is None:
-            why = f"not run: add '{t.measured_by_command}' to --cases"
+        if t.measure(rows) is None:
+            why = getattr(t.measure, "why", lambda rows: "")(rows)
+            if t.measured_by_command and not why:
+                why = f"not run: add '{t.measured_by_command}' to --cases"
         out.append(judge(t, t.measure(rows), why))
     return out
 

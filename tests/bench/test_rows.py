@@ -96,3 +96,22 @@ def test_loop_overhead_pairs_each_profile_with_the_runs_beside_it():
     assert derive_row(raw(spec, [3.0] * 5, prefill_times_s=[1.0], overhead_pairs=outlier), LIMITS).loop_overhead_fraction == pytest.approx(0.1)
     nocache = derive_row(raw({**spec, "mode": "nocache"}, [3.0] * 5, overhead_pairs=pairs), LIMITS)
     assert nocache.loop_overhead_fraction is None
+
+
+def test_a_profile_that_outruns_its_wall_time_is_not_a_zero_overhead():
+    """Two of three profiled steps computing longer than the unprofiled steps beside them (the
+    host slowed between the runs) used to be clipped to 0 % and met the ≤ 5 % target; now the
+    fraction is absent and the target is not measured, saying why."""
+    from plga.bench.targets import evaluate_targets
+
+    spec = {"id": "d", "kind": "decode", "config": "small", "impl": "fused", "capture": "compile", "dtype": "float32",
+            "batch": 1, "seq": 8, "new_tokens": 11, "mode": "kv"}
+    pair = {"generate_s": 2.0, "prefill_s": 1.0, "prefill_compute_s": 1.0}
+    pairs = [{**pair, "generate_compute_s": g} for g in (2.1, 2.2, 1.9)]  # fractions −0.1, −0.2, 0.1
+    row = derive_row(raw(spec, [3.0] * 5, prefill_times_s=[1.0], overhead_pairs=pairs), LIMITS)
+    assert row.loop_overhead_fraction is None and row.loop_overhead_pairs == pytest.approx([-0.1, -0.2, 0.1])
+    (verdict,) = [v for v in evaluate_targets([row]) if v.id == "overhead/small/kv"]
+    assert verdict.status == "not measured" and "profiled step's compute exceeded" in verdict.why
+    # control: one inconsistent pair of three leaves a measured median
+    pairs[1]["generate_compute_s"] = 1.8
+    assert derive_row(raw(spec, [3.0] * 5, prefill_times_s=[1.0], overhead_pairs=pairs), LIMITS).loop_overhead_fraction == pytest.approx(0.1)
