@@ -50,6 +50,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ImplementationLoadError
+from .guard import escape_text, foreign_failure, watch_user_interrupt
 
 #: Capability name → what it means. Dtypes and devices are capabilities too.
 CAPABILITIES: dict[str, str] = {
@@ -252,25 +253,13 @@ class Declared(Adapter):
         return f"<Declared {self.name}: {self.source}>"
 
 
-def _foreign(exc: BaseException) -> bool:
-    """Whether ``exc``, raised by an implementation's code, is its own failure (everything but
-    a Ctrl-C the user typed: :func:`plga.conformance.guard.user_interrupted`)."""
-    from .guard import user_interrupted
-
-    return not (isinstance(exc, KeyboardInterrupt) and user_interrupted())
-
-
-def _raised(exc: BaseException) -> str:
-    return type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
-
-
 def _read(obj: Any, attr: str, default: Any) -> Any:
     try:
         return getattr(obj, attr, default)
     except BaseException as exc:
-        if not _foreign(exc):
+        if not foreign_failure(exc):
             raise
-        raise ImplementationLoadError(f"reading the adapter's {attr!r} raised {_raised(exc)}") from None
+        raise ImplementationLoadError(f"reading the adapter's {attr!r} raised {escape_text(exc)}") from None
 
 
 def _names(obj: Any, attr: str, known: tuple[str, ...]) -> tuple[str, ...]:
@@ -283,9 +272,9 @@ def _names(obj: Any, attr: str, known: tuple[str, ...]) -> tuple[str, ...]:
     try:
         names = list(value)
     except BaseException as exc:
-        if not _foreign(exc):
+        if not foreign_failure(exc):
             raise
-        raise ImplementationLoadError(f"iterating the adapter's {attr} raised {_raised(exc)}") from None
+        raise ImplementationLoadError(f"iterating the adapter's {attr} raised {escape_text(exc)}") from None
     unknown = [n for n in names if not isinstance(n, str) or n not in known]
     if unknown:
         raise ImplementationLoadError(f"the adapter declares unknown {attr} {unknown!r}; known: {listing}")
@@ -327,9 +316,9 @@ def as_adapter(obj: Any, name: str | None = None) -> Adapter:
     except ImplementationLoadError:
         raise
     except BaseException as exc:
-        if not _foreign(exc):
+        if not foreign_failure(exc):
             raise
-        raise ImplementationLoadError(f"building the adapter from {obj!r} raised {_raised(exc)}") from None
+        raise ImplementationLoadError(f"building the adapter from {obj!r} raised {escape_text(exc)}") from None
 
 
 def _detect(obj: Any, name: str | None = None) -> Any:
@@ -382,9 +371,9 @@ def _import_module(spec: str, module_name: str) -> Any:
         sys.path.append(cwd)
         return _import_module(spec, module_name)
     except BaseException as exc:  # the module raised or exited while importing
-        if not _foreign(exc):
+        if not foreign_failure(exc):
             raise
-        raise ImplementationLoadError(f"--impl {spec!r}: importing {module_name!r} failed: {_raised(exc)}") from None
+        raise ImplementationLoadError(f"--impl {spec!r}: importing {module_name!r} failed: {escape_text(exc)}") from None
 
 
 def _import_object(spec: str) -> Any:
@@ -419,9 +408,9 @@ def _lookup(spec: str, obj: Any, attr: str) -> Any:
     except AttributeError:
         return _MISSING
     except BaseException as exc:
-        if not _foreign(exc):
+        if not foreign_failure(exc):
             raise
-        raise ImplementationLoadError(f"--impl {spec!r}: looking up {attr!r} raised {_raised(exc)}") from None
+        raise ImplementationLoadError(f"--impl {spec!r}: looking up {attr!r} raised {escape_text(exc)}") from None
 
 
 def resolve_impl(spec: str | None = None) -> Adapter:
@@ -430,8 +419,6 @@ def resolve_impl(spec: str | None = None) -> Adapter:
     Raises :class:`~plga.errors.ImplementationLoadError` when the module cannot be imported,
     the object does not exist, or it cannot be made an adapter (its constructor raised).
     """
-    from .guard import watch_user_interrupt
-
     spec = spec or os.environ.get("PLGA_IMPL") or DEFAULT_IMPL
     target = ALIASES.get(spec, spec)
     with watch_user_interrupt():  # a KeyboardInterrupt the module raises is its failure, a typed Ctrl-C stops

@@ -161,6 +161,17 @@ def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     return _guarded(op, lambda: owned_output(op, out, given))
 
 
+def foreign_failure(exc: BaseException) -> bool:
+    """Whether ``exc``, raised by an implementation's code, is its own failure: everything but
+    a Ctrl-C the user typed (:func:`user_interrupted`)."""
+    return not (isinstance(exc, KeyboardInterrupt) and user_interrupted())
+
+
+def escape_text(exc: BaseException) -> str:
+    """``SystemExit(0)`` / ``RuntimeError: message``: how an escape is named in a message."""
+    return type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
+
+
 def _guarded(op: str, run: Callable[[], Any]) -> Any:
     """``run()``, every escape from the implementation's code a :class:`KernelCrash`."""
     try:
@@ -170,11 +181,10 @@ def _guarded(op: str, run: Callable[[], Any]) -> Any:
     except AssertionError as exc:
         raise KernelCrash(f"{op} raised AssertionError: {exc}") from exc
     except BaseException as exc: # foreign code: every escape is a failure of the check
-        if isinstance(exc, KeyboardInterrupt) and user_interrupted():
+        if not foreign_failure(exc):
             raise
-        what = type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
-        raise KernelCrash(f"{op} raised {what} — an implementation's exception or exit is a failure of the check, "
-                          "not a verdict") from None
+        raise KernelCrash(f"{op} raised {escape_text(exc)} — an implementation's exception or exit is a failure of the "
+                          "check, not a verdict") from None
 
 
 # --- outputs --------------------------------------------------------------------------------
@@ -297,6 +307,6 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 __all__ = [
     "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
-    "owned_output", "time_limit",
+    "escape_text", "foreign_failure", "owned_output", "time_limit",
     "user_interrupted", "watch_user_interrupt",
 ]
