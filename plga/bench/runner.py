@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import json
 import os
 import platform
@@ -178,10 +179,10 @@ def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[d
         progress.update(1)
         print(f"[{index[spec['id']] + 1}/{len(cases)}] {spec['id']}: {msg}", file=sys.stderr, flush=True)
 
-    def done(raw: dict[str, Any]) -> None:
+    def done(raw: dict[str, Any], started: float, group_size: int) -> None:
         nonlocal limits, limits_end
         spec = cases[index[raw["spec"]["id"]]]
-        took = f"{time.perf_counter() - t:.1f} s"
+        took = f"{time.perf_counter() - started:.1f} s"
         if spec["kind"] == "limits":
             if raw.get("status") != "ok":
                 raise RuntimeError(f"measuring the machine limits failed: {raw.get('reason')}")
@@ -196,7 +197,7 @@ def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[d
             _write_json(str(args.out) + ".partial",
                         {"schema": SCHEMA, "limits": limits, "rows": [rows[i].to_json() for i in sorted(rows)]})
         msg = f"median {1e3 * row.median_s:.1f} ms" if row.ok else f"{row.status}: {row.reason}"  # type: ignore[operator]
-        together = f", with {len(runnable) - 1} other case(s)" if len(runnable) > 1 else ""
+        together = f", with {group_size - 1} other case(s)" if group_size > 1 else ""
         log(spec, f"{msg} ({took}{together})")
 
     with progress:
@@ -212,8 +213,9 @@ def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[d
                     spec["warmup_shape"] = "reduced" if estimate_seconds(spec, limits) > LONG_RUN_S else "full"
                 runnable.append(spec)
             if runnable:
-                t = time.perf_counter()
-                run_group(runnable, args.case_timeout_s, args.threads, done,
+                started = time.perf_counter()
+                run_group(runnable, args.case_timeout_s, args.threads,
+                          functools.partial(done, started=started, group_size=len(runnable)),
                           step=lambda spec: progress.set_postfix_str(spec["id"]))
     return limits, limits_end, [rows[i] for i in sorted(rows)]
 
