@@ -304,6 +304,13 @@ class PLDRModel(nn.Module):
             raise InputError(f"token ids must lie in [0, {self.config.input_vocab_size}), got range [{lo}, {hi}]")
         return tokens.to(device=self.device, dtype=torch.long)
 
+    def _check_key_padding(self, key_padding: Any, shape: torch.Size) -> Tensor:
+        """An explicit key padding mask: a bool tensor of the tokens' shape [B, S], on the model device."""
+        if not isinstance(key_padding, Tensor) or key_padding.dtype != torch.bool or key_padding.shape != shape:
+            got = f"{key_padding.dtype} {tuple(key_padding.shape)}" if isinstance(key_padding, Tensor) else type(key_padding).__name__
+            raise InputError(f"key_padding must be a bool tensor of the tokens' shape {tuple(shape)}, got {got}")
+        return key_padding.to(self.device)
+
     def _normalize_G(self, G: GLike, batch: int | None) -> list[Tensor] | None:
         """Per-layer operators [H, d, d] or [B, H, d, d] in the chain dtype on the model device."""
         c = self.config
@@ -562,8 +569,9 @@ class PLDRModel(nn.Module):
         G: GLike = None,
         backend: str = "sdpa",
         cache: DecodeCache | None = None,
+        key_padding: Tensor | None = None,
     ) -> ModelOutput:
-        """Full forward on token ids [B, S] (id 0 = padding).
+        """Full forward on token ids [B, S] (id 0 = padding, unless ``key_padding`` says otherwise).
 
         ``logits``: "all" → [B, S, V]; "last" → [B, V]; an index tensor [n] or [B, n] → [B, n, V];
         None → no vocab projection. ``deductive=True`` also returns per-layer A, A_LM, A_P,
@@ -571,7 +579,9 @@ class PLDRModel(nn.Module):
         replaces the metric learner; a collapsed model uses its stored G. ``backend`` "sdpa"
         (fused; without autograd on packed weight copies) or "eager" (the published algorithm:
         materialized scores, the ``nn.Linear`` modules). ``cache`` (from :meth:`new_cache`) is
-        filled with the prompt's K, V, A, A_LM, G_LM for cached decoding.
+        filled with the prompt's K, V, A, A_LM, G_LM for cached decoding. ``key_padding`` [B, S]
+        bool names the padding keys instead of the ids 0 (all False: a generated id 0 is scored
+        as the token it is, as a cached step attends to it).
         """
         tokens = self._check_tokens(tokens)
         b, s = tokens.shape
@@ -582,7 +592,7 @@ class PLDRModel(nn.Module):
                 raise InputError("forward fills an empty cache; use step() to extend a filled one")
             if s > cache.capacity:
                 raise InputError(f"the prompt ({s} tokens) exceeds the cache capacity {cache.capacity}")
-        pad = tokens == 0
+        pad = tokens == 0 if key_padding is None else self._check_key_padding(key_padding, tokens.shape)
         key_padding = pad if bool(pad.any()) else None
         if cache is not None:
             cache.key_padding = None if key_padding is None else _pad_to(key_padding, cache.capacity)

@@ -14,6 +14,8 @@ suite, and the command reports it with exit status 1.
 
 from __future__ import annotations
 
+from typing import Any
+
 
 class PlgaError(Exception):
     """Base of every error caused by input rather than by a bug in plga."""
@@ -37,7 +39,12 @@ class CheckpointError(InputError):
 
 
 class CollapseRefusedError(UsageError):
-    """``plga audit --collapse`` on a model whose verdict is not "collapsed", without ``--force``."""
+    """``plga audit --collapse`` on a model whose verdict is not "collapsed", without ``--force``.
+    ``record`` is the audit that was written (its verdict, its coverage)."""
+
+    def __init__(self, message: str, record: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.record = record
 
 
 class DataFileError(InputError):

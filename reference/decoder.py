@@ -187,10 +187,22 @@ def _merge(x: Array) -> Array:
     return x.transpose(0, 2, 1, 3).reshape(b, s, h * d)  # [B, S, D]
 
 
-def attention_support(tokens: Array) -> Array:
-    """Allowed (query, key) pairs of a full pass: causal, padding keys (id 0) ignored → [B, S, S]."""
+def attention_support(tokens: Array, key_padding: Array | None = None) -> Array:
+    """Allowed (query, key) pairs of a full pass: causal, padding keys ignored → [B, S, S].
+
+    The padding keys are ``key_padding`` [B, S] (True = padding) when given, else the ids 0.
+    """
     s = tokens.shape[1]
-    return np.broadcast_to(spec.attention_support(s, s, causal=True, key_padding=tokens == 0), (tokens.shape[0], s, s))
+    pad = tokens == 0 if key_padding is None else check_key_padding(key_padding, tokens.shape)
+    return np.broadcast_to(spec.attention_support(s, s, causal=True, key_padding=pad), (tokens.shape[0], s, s))
+
+
+def check_key_padding(key_padding: Any, shape: tuple[int, ...]) -> Array:
+    """An explicit key padding mask as a bool array of the tokens' ``shape`` [B, S], or one input error."""
+    pad = np.asarray(key_padding)
+    if pad.dtype != np.bool_ or pad.shape != tuple(shape):
+        raise InputError(f"key_padding must be a bool array of the tokens' shape {tuple(shape)}, got {pad.dtype} {pad.shape}")
+    return pad
 
 
 def _check_tokens(tokens: Array, config: PLDRConfig, offset: int = 0) -> Array:
@@ -311,16 +323,19 @@ def forward(
     tokens: Array,
     *,
     constant_g: Sequence[Array] | None = None,
+    key_padding: Array | None = None,
 ) -> ForwardResult:
     """The full forward pass on token ids [B, S] (id 0 is padding) → logits [B, S, V].
 
     ``constant_g`` (one [H, d, d] or [B, H, d, d] operator per layer) replaces the metric
-    learner: the collapsed / custom-G model of docs/spec.md §3.
+    learner: the collapsed / custom-G model of docs/spec.md §3. ``key_padding`` [B, S] bool
+    names the padding keys instead of the ids 0: all False scores a generated id 0 as the
+    token it is, the way a cached decoding step attends to it.
     """
     tokens = _check_tokens(tokens, config)
     constant_g = _constant_operators(constant_g, config)
     params = backend_params(params)
-    support = attention_support(tokens)  # [B, S, S]
+    support = attention_support(tokens, key_padding)  # [B, S, S]
     positions = np.arange(tokens.shape[1])
     h = embed(params, config, tokens)
     check_activation("the embedding output", h, 0)

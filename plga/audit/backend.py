@@ -55,10 +55,12 @@ class ReferenceBackend:
         return self.collapsed_g if constant_g is None else constant_g
 
     def forward(
-        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False
+        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False,
+        key_padding: np.ndarray | None = None,
     ) -> ForwardOut:
         """The reference forward (all logits; ``last_only`` keeps the last position, [B, 1, V])."""
-        r = dec.forward(self.params64, self.config, np.asarray(tokens, dtype=np.int64), constant_g=self._g(constant_g))
+        r = dec.forward(self.params64, self.config, np.asarray(tokens, dtype=np.int64), constant_g=self._g(constant_g),
+                        key_padding=key_padding)
         ded = [{k: np.asarray(d[k]) for k in DEDUCTIVE if k in d} for d in r.deductive]
         return ForwardOut(logits=r.logits[:, -1:] if last_only else r.logits, deductive=ded)
 

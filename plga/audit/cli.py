@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ..errors import UsageError
+from ..errors import CollapseRefusedError, UsageError
 from .runner import (
     COLLAPSE_REPORT,
     COLLAPSED_DIR,
@@ -63,11 +63,13 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 def audit_main(args: argparse.Namespace) -> int:
     """Run the audit from parsed arguments: the verdict first, then where the outputs are."""
     from .runner import run_audit, run_operator_audit
+    from .summary import coverage_line
     from .verdict import one_line
 
     t0 = time.perf_counter()
     out = Path(args.out)
     if args.operators:
+        _refuse_model_options(args)
         run_operator_audit(args.operators, out, key=args.operators_key, plots=not args.no_plots)
         print(f"operator audit of {args.operators}: {out / 'operators_audit.json'}, {out / 'operators_summary.md'}")
         return 0
@@ -78,16 +80,34 @@ def audit_main(args: argparse.Namespace) -> int:
         if args.order_tokens < 1:
             raise UsageError(f"--order-tokens must be ≥ 1, got {args.order_tokens}")
         sizes = dataclasses.replace(sizes, n_order_tokens=args.order_tokens)
-    rec = run_audit(
-        checkpoint=args.checkpoint, prompts=args.prompts, tokenizer=args.tokenizer, out_dir=out,
-        collapse=args.collapse, force=args.force, seed=args.seed, device=args.device, dtype=args.dtype,
-        backend=args.backend, n_decode_steps=args.decode_steps, progress=not args.no_progress, sizes=sizes,
-        plots=not args.no_plots,
-    )
-    v = rec["verdict"]
-    print(f"verdict: {one_line(v)}")
+    try:
+        rec = run_audit(
+            checkpoint=args.checkpoint, prompts=args.prompts, tokenizer=args.tokenizer, out_dir=out,
+            collapse=args.collapse, force=args.force, seed=args.seed, device=args.device, dtype=args.dtype,
+            backend=args.backend, n_decode_steps=args.decode_steps, progress=not args.no_progress, sizes=sizes,
+            plots=not args.no_plots,
+        )
+    except CollapseRefusedError as exc:  # the audit was written: its verdict still comes first, on stdout
+        if exc.record is not None:
+            print(f"verdict: {one_line(exc.record['verdict'])}")
+            print(f"scope: {coverage_line(exc.record['coverage'])}")
+        raise
+    print(f"verdict: {one_line(rec['verdict'])}")
+    print(f"scope: {coverage_line(rec['coverage'])}")
     print(_outputs_line(rec, out, time.perf_counter() - t0))
     return 0
+
+
+def _refuse_model_options(args: argparse.Namespace) -> None:
+    """``--operators`` audits an operator file: a model, prompts or a collapse are a mistake, not ignored
+    (``--quick`` and the backend options change nothing there)."""
+    given = [name for name, set_ in (
+        ("a checkpoint", args.checkpoint is not None), ("--collapse", args.collapse), ("--force", args.force),
+        ("--prompts", args.prompts is not None), ("--tokenizer", args.tokenizer is not None),
+        ("--decode-steps", args.decode_steps is not None), ("--order-tokens", args.order_tokens is not None),
+    ) if set_]
+    if given:
+        raise UsageError(f"--operators audits an operator file; {', '.join(given)} belong(s) to a model audit: drop them or --operators")
 
 
 def _outputs_line(rec: dict[str, Any], out: Path, seconds: float) -> str:

@@ -19,6 +19,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import InputError
 from ..reference.checkpoint import COLLAPSED_KEY, expected_shapes, is_learner_key, save_safetensors
 from ..reference.config import PLDRConfig
 
@@ -29,7 +30,7 @@ FORMAT_NAME = "plga.reference.checkpoint collapsed (decoder.collapsed_G + config
 def _store_dtype(params: Mapping[str, Any]) -> np.dtype:
     dtype = np.asarray(params["decoder.embedding.weight"]).dtype
     if dtype not in (np.float16, np.float32, np.float64):
-        raise ValueError(f"cannot write a collapsed checkpoint of {dtype} weights (float16/32/64 only)")
+        raise InputError(f"cannot write a collapsed checkpoint of {dtype} weights (float16/32/64 only)")
     return dtype
 
 
@@ -37,9 +38,9 @@ def _stack_g(constant_g: Sequence[Any] | np.ndarray, config: PLDRConfig) -> np.n
     g = np.stack([np.asarray(x) for x in constant_g]) if not isinstance(constant_g, np.ndarray) else constant_g
     want = (config.num_layers, config.num_heads, config.depth, config.depth)
     if g.shape != want:
-        raise ValueError(f"the constant operators must have shape {want} (one [H, d, d] per layer), got {g.shape}")
+        raise InputError(f"the constant operators must have shape {want} (one [H, d, d] per layer), got {g.shape}")
     if not np.all(np.isfinite(g)):
-        raise ValueError("the constant operators hold non-finite values")
+        raise InputError("the constant operators hold non-finite values")
     return g
 
 
@@ -59,7 +60,7 @@ def write_collapsed(
     want = [k for k in expected_shapes(config) if not is_learner_key(k)]
     missing = sorted(set(want) - set(params))
     if missing:
-        raise ValueError(f"the parameters lack {missing}")
+        raise InputError(f"the parameters lack {missing}")
     out = np.float32 if store == np.float16 else store  # as PLDRModel.to_reference
     state = {k: np.asarray(params[k]).astype(store, copy=False).astype(out, copy=False) for k in want}
     state[COLLAPSED_KEY] = g.astype(out)  # as PLDRModel.collapse: float32 for half-precision models

@@ -49,9 +49,13 @@ class Backend(Protocol):
     config: PLDRConfig
 
     def forward(
-        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False
+        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False,
+        key_padding: np.ndarray | None = None,
     ) -> ForwardOut:
-        """Logits [B, S, V] (``last_only``: [B, 1, V], the last position) and the deductive tensors."""
+        """Logits [B, S, V] (``last_only``: [B, 1, V], the last position) and the deductive tensors.
+
+        ``key_padding`` [B, S] bool names the padding keys instead of the ids 0 (all False: a
+        generated id 0 is a token, as in cached decoding)."""
         ...
 
     def generate(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from ..errors import DataFileError, InputError, UsageError
 from ..inputs import load_prompts as read_prompt_file  # noqa: F401  (re-exported: plga.inputs reads every prompt file)
 from ..reference.checkpoint import expected_shapes
 from ..reference.config import PLDRConfig
@@ -74,7 +75,7 @@ def random_params(config: PLDRConfig, seed: int = 0, collapsed_g: Sequence[Any] 
         out[key] = v.astype(np.float32)
     if collapsed_g is not None:
         if len(collapsed_g) != config.num_layers:
-            raise ValueError(f"collapsed_g needs {config.num_layers} operators, got {len(collapsed_g)}")
+            raise InputError(f"collapsed_g needs {config.num_layers} operators, got {len(collapsed_g)}")
         for i, g in enumerate(collapsed_g):
             p = f"decoder.dec_layers.{i}.mha1.plgatt_layer."
             out[p + "alst"] = np.zeros_like(out[p + "alst"])
@@ -88,7 +89,7 @@ def builtin_prompt_ids(vocab: int, n: int = 8, seed: int = 1234) -> list[list[in
     Ids 0 (pad) and 3 (EOS) never occur (nor 1, 2), so the set is valid for any vocabulary ≥ 5.
     """
     if vocab < 5:
-        raise ValueError(f"the built-in prompt set needs a vocabulary of at least 5 ids, got {vocab}")
+        raise InputError(f"the built-in prompt set needs a vocabulary of at least 5 ids, got {vocab}")
     rng = np.random.default_rng(seed)
     lengths = [12, 14, 16, 13, 15, 11, 17, 10][:n] + [12] * max(0, n - 8)
     return [[int(x) for x in rng.integers(4, vocab, size=s)] for s in lengths]
@@ -99,15 +100,15 @@ def load_tokenizer(path: str | Path) -> Any:
     try:
         import sentencepiece as spm
     except ImportError:
-        raise ValueError("tokenizing text prompts needs the 'sentencepiece' package (pip install 'plga[audit]')") from None
+        raise UsageError("tokenizing text prompts needs the 'sentencepiece' package (pip install 'plga[audit]')") from None
     path = Path(path)
     if not path.is_file():
-        raise ValueError(f"tokenizer {path} does not exist")
+        raise DataFileError(f"tokenizer {path} does not exist")
     sp = spm.SentencePieceProcessor()
     try:
         sp.Load(str(path))
     except Exception as exc:  # sentencepiece raises OSError/RuntimeError on a bad file
-        raise ValueError(f"tokenizer {path} is not a SentencePiece model: {exc}") from exc
+        raise DataFileError(f"tokenizer {path} is not a SentencePiece model: {str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from None
     return sp
 
 
@@ -116,7 +117,7 @@ def encode_prompts(texts: Sequence[str], tokenizer: Any) -> list[list[int]]:
     ids = [list(map(int, tokenizer.EncodeAsIds(t))) for t in texts]
     empty = [i for i, x in enumerate(ids) if not x]
     if empty:
-        raise ValueError(f"prompts {empty} encode to no tokens")
+        raise InputError(f"prompts {empty} encode to no tokens")
     return ids
 
 
@@ -126,12 +127,12 @@ def validate_prompts(prompts: Sequence[Sequence[int]], config: PLDRConfig) -> li
     for i, p in enumerate(prompts):
         p = [int(t) for t in p]
         if not p:
-            raise ValueError(f"prompt {i} is empty")
+            raise InputError(f"prompt {i} is empty")
         if min(p) < 1 or max(p) >= config.input_vocab_size:
-            raise ValueError(f"prompt {i} has token ids outside [1, {config.input_vocab_size}): range [{min(p)}, {max(p)}]")
+            raise InputError(f"prompt {i} has token ids outside [1, {config.input_vocab_size}): range [{min(p)}, {max(p)}]")
         if len(p) >= config.max_seq_len:
-            raise ValueError(f"prompt {i} has {len(p)} tokens, the context is {config.max_seq_len}")
+            raise InputError(f"prompt {i} has {len(p)} tokens, the context is {config.max_seq_len}")
         out.append(p)
     if not out:
-        raise ValueError("no prompts")
+        raise InputError("no prompts")
     return out

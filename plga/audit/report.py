@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from .summary import coverage_line
 from .verdict import threshold_text
 
 
@@ -32,13 +33,16 @@ def summary_markdown(record: Mapping[str, Any]) -> str:
         "",
         "| deciding figure | value | rule |",
         "|---|---|---|",
-        f"| G deviation g = max of the three below | {_fmt(f['G_deviation'])} | collapsed ≤ {threshold_text(th['collapsed_at_most'])} < inconclusive ≤ {threshold_text(th['not_collapsed_above'])} < not collapsed |",
-        f"| order parameter of G_LM (rms, max) | {_fmt(f['G_order_parameter'])} | |",
-        f"| ε_G, cached vs recomputed G_LM (max) | {_fmt(f['epsG'])} | |",
-        f"| spread of G_LM across prompts (max) | {_fmt(f['G_spread'])} | |",
+        f"| G deviation g = max of the four below | {_fmt(f['G_deviation'])} | collapsed ≤ {threshold_text(th['collapsed_at_most'])} < inconclusive ≤ {threshold_text(th['not_collapsed_above'])} < not collapsed |",
+        f"| order parameter of G_LM (rms, max over prompts, layers, heads) | {_fmt(f['G_order_parameter'])} | |",
+        f"| ε_G, cached vs recomputed G_LM (max over prompts, steps, layers, heads) | {_fmt(f['epsG'])} | |",
+        f"| spread of G_LM across prompts (max over layers, heads) | {_fmt(f['G_spread'])} | |",
+        f"| context probe: G_LM of a context-long sequence vs the prompts' mean (max) | {_fmt(f.get('G_context'))} | |",
         f"| argmax changed by caching | {f['argmax_disagreements']} of {f['decoding_steps']} steps | collapsed needs 0 |",
         f"| 2B < margin holds | {f['margin_criterion_prompts']} of {f['prompts_decoded']} prompts | collapsed needs all |",
         "",
+        *([f"Scope: {coverage_line(record['coverage'])}; G_LM may still depend on an id or a position no measurement reached.", ""]
+          if "coverage" in record else []),
         "Definitions, the verdict rule and the published values: `docs/audit.md` of plga.",
         "",
         "## Run",

@@ -23,7 +23,13 @@ from typing import Any
 import numpy as np
 
 from ..atomic import atomic_path
-from ..errors import CheckpointError, CollapseRefusedError, DataFileError, UsageError
+from ..errors import (
+    CheckpointError,
+    CollapseRefusedError,
+    DataFileError,
+    NonFiniteError,
+    UsageError,
+)
 from ..inputs import load_operator_arrays, sha256_file
 from ..progress import bar as _steps_bar
 from ..progress import progress as _bar
@@ -32,7 +38,7 @@ from ..reference.config import PLDRConfig
 from . import model as mdl
 from . import stats as st
 from .backend import make_backend
-from .summary import jsonable, summarize
+from .summary import coverage, jsonable, summarize
 from .verdict import COLLAPSED, one_line, verdict
 
 RAW_NAME = "audit_raw.npz"
@@ -54,6 +60,9 @@ class AuditSizes:
     continuations of 64 sampled tokens (temperature 1, top-k 50) for the order parameter,
     pools of 32 rows and 200 attempted pairs per layer for the contraction ratio, 2 padded
     prompts and 8 block-vs-sequential contexts. :data:`QUICK` is a smoke-test size.
+    Beyond the published protocol, one *context probe*: a sequence of seeded random ids as long
+    as the context, whose G_LM must equal the prompts' for a collapsed verdict (the prompts
+    alone reach a few dozen positions of a context of hundreds or thousands).
     """
 
     n_decode_prompts: int = 4
@@ -70,10 +79,12 @@ class AuditSizes:
     o3_pad_len: int = 4
     o4_contexts: int = 8
     o4_cand_len: int = 4
+    context_probe_len: int | None = None  # tokens of the context probe: None = the whole context, 0 = none
 
 
 #: ``--quick``: the same measurements at smoke-test sizes (seconds on the built-in model).
-QUICK = AuditSizes(n_decode_steps=8, n_order_tokens=8, n_pool_rows=16, n_pairs=100, o4_contexts=2, o4_cand_len=3)
+QUICK = AuditSizes(n_decode_steps=8, n_order_tokens=8, n_pool_rows=16, n_pairs=100, o4_contexts=2, o4_cand_len=3,
+                   context_probe_len=128)
 
 
 def _sha256_file(path: Path) -> str:
@@ -255,6 +266,15 @@ def _until_eos(tokens: np.ndarray, start: int, eos: int) -> np.ndarray:
     return tokens[:, : start + int(hits[0]) + 1] if hits.size else tokens
 
 
+def _scored(backend: Any, tokens: np.ndarray, **kw: Any) -> Any:
+    """``backend.forward`` on a prompt and its continuation [1, S] without cache, every position a
+    real token: the audit's prompts hold no padding (ids ≥ 1), and a generated id 0 is a key
+    that cached decoding attends to, so the recomputation must attend to it too (the published
+    no-cache loop masks it as padding, which would change the logits for a reason unrelated to G)."""
+    tokens = np.asarray(tokens)
+    return backend.forward(tokens, key_padding=np.zeros(tokens.shape, dtype=bool), **kw)
+
+
 def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, eos: int, show: bool) -> tuple[dict[str, np.ndarray], list[Any]]:
     """Order parameter of A, A_LM, A_P, G_LM between two seeded sampled continuations.
 
@@ -264,6 +284,7 @@ def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig,
     """
     names = {"A": "A", "ALM": "A_LM", "AP": "A_P", "GLM": "G_LM"}
     out = {f"op_{t}_{n}": [] for t in names for n in ("rms", "signed")}
+    out["op_GLM_head_rms"] = []  # [prompts, L, H]: one order parameter per operator
     records = []
     sel = prompts[: sizes.n_order_prompts]
     for pi, p in enumerate(_bar(sel, "order parameter", show=show)):
@@ -272,11 +293,13 @@ def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig,
         for seed in sizes.order_seeds:
             toks, _ = backend.generate(np.asarray([p]), n, "kv", temperature=sizes.order_temperature, top_k=sizes.order_top_k, seed=seed)
             toks = _until_eos(toks, len(p), eos)
-            f = backend.forward(toks)  # re-scored without cache
+            f = _scored(backend, toks)  # re-scored without cache
             ded.append(f.deductive)
             cont = [int(t) for t in toks[0, len(p):]]
             records.append({"prompt": pi, "seed": seed, "tokens": cont, "stopped_at_eos": bool(cont and cont[-1] == eos),
                             "rep_stats": st.rep_stats(cont)})
+        out["op_GLM_head_rms"].append([[st.order_pair(ded[0][li]["G_LM"][0][h], ded[1][li]["G_LM"][0][h])[0]
+                                        for h in range(config.num_heads)] for li in range(config.num_layers)])
         for t, key in names.items():
             pairs = [st.order_pair(ded[0][li][key][0], ded[1][li][key][0]) for li in range(config.num_layers)]
             out[f"op_{t}_rms"].append([r for r, _ in pairs])
@@ -287,7 +310,7 @@ def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig,
 def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, show: bool) -> tuple[dict[str, np.ndarray], list[list[int]]]:
     """Greedy KV/G-cached decoding vs recomputation without cache: ε_G, Δlogit, margin, argmax per step."""
     L = config.num_layers
-    eg, ea, dl, mg, ac, au, same, conts = [], [], [], [], [], [], [], []
+    eg, eh, ea, dl, mg, ac, au, same, conts = [], [], [], [], [], [], [], [], []
     sel = prompts[: sizes.n_decode_prompts]
     steps = _steps_bar(sum(min(sizes.n_decode_steps, config.max_seq_len - len(p)) for p in sel), "cached vs recomputed decoding", show=show)
     for p in sel:
@@ -296,27 +319,44 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
         toks, step_logits = backend.generate(prompt, T, "kvg")
         toks_kv, _ = backend.generate(prompt, T, "kv")
         g_prompt = np.stack([backend.forward(prompt).deductive[li]["G_LM"][0] for li in range(L)])  # [L, H, d, d]
-        eg_p, ea_p, lu = [], [], []
+        eg_p, eh_p, ea_p, lu = [], [], [], []
         for t in range(T):
-            f = backend.forward(toks[:, : len(p) + t], last_only=True)
+            f = _scored(backend, toks[:, : len(p) + t], last_only=True)
             g_u = np.stack([f.deductive[li]["G_LM"][0] for li in range(L)])
             rel, amax = st.eps_g(g_u, g_prompt)
-            eg_p.append(rel), ea_p.append(amax), lu.append(f.logits[0, -1])
+            eg_p.append(rel), eh_p.append(st.eps_g_per_operator(g_u, g_prompt)), ea_p.append(amax), lu.append(f.logits[0, -1])
             steps.update(1)
         lc = step_logits[0]
         lu = np.stack(lu)
-        eg.append(eg_p), ea.append(ea_p)
+        eg.append(eg_p), eh.append(eh_p), ea.append(ea_p)
         dl.append(st.dlogit(lc, lu)), mg.append(st.top2_margin(lc))
         ac.append(np.argmax(lc, axis=-1)), au.append(np.argmax(lu, axis=-1))
         same.append(bool(np.array_equal(toks, toks_kv)))
         conts.append([int(t) for t in toks[0, len(p):]])
     steps.close()
     return {
-        "epsG_steps": np.asarray(eg), "epsG_absmax_steps": np.asarray(ea),
+        "epsG_steps": np.asarray(eg), "epsG_head_steps": np.asarray(eh), "epsG_absmax_steps": np.asarray(ea),
         "dlogit_steps": np.asarray(dl), "margin_steps": np.asarray(mg),
         "argmax_cached": np.asarray(ac), "argmax_uncached": np.asarray(au),
         "kv_kvg_same": np.asarray(same),
     }, conts
+
+
+def _context_probe(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int) -> dict[str, np.ndarray]:
+    """G_LM [1, L, H, d, d] of one sequence of seeded random ids [4, V) as long as the context
+    (``sizes.context_probe_len`` tokens, at most ``max_seq_len``); empty when disabled. A probe
+    that overflows is recorded as NaN, which makes its deviation, and so the verdict, undecided."""
+    n = config.max_seq_len if sizes.context_probe_len is None else min(sizes.context_probe_len, config.max_seq_len)
+    if n <= 0:
+        return {}
+    ids = np.random.default_rng([seed, 505]).integers(4, config.input_vocab_size, size=(1, n))
+    shape = (1, config.num_layers, config.num_heads, config.depth, config.depth)
+    try:
+        f = backend.forward(ids, last_only=True)
+        g = np.stack([f.deductive[li]["G_LM"][0] for li in range(config.num_layers)])[None]  # [1, L, H, d, d]
+    except NonFiniteError:
+        g = np.full(shape, np.nan)
+    return {"context_probe_G": g, "context_probe_ids": ids}
 
 
 def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int, show: bool) -> dict[str, np.ndarray]:
@@ -356,9 +396,9 @@ def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
             c = len(clen)
             clen.append(len(y))
             for i in range(len(y)):
-                lp = st.log_softmax(backend.forward(np.asarray([x + y[:i]]), last_only=True).logits[0, -1])
+                lp = st.log_softmax(_scored(backend, np.asarray([x + y[:i]]), last_only=True).logits[0, -1])
                 seq.append(lp[y[i]])
-            rows = st.log_softmax(backend.forward(np.asarray([(x + y)[:-1]])).logits[0])
+            rows = st.log_softmax(_scored(backend, np.asarray([(x + y)[:-1]])).logits[0])
             blk.extend(rows[len(x) - 1 + i, y[i]] for i in range(len(y)))
             cand.extend([c] * len(y))
     out.update(o4_seq=np.asarray(seq), o4_blk=np.asarray(blk), o4_cand=np.asarray(cand), o4_cand_len=np.asarray(clen))
@@ -395,8 +435,8 @@ def _collapse(backend: Any, params: Mapping[str, np.ndarray], config: PLDRConfig
         eq.append(bool(np.array_equal(t_kvg, t_col)))
         dls.append(st.dlogit(l_kvg[0], l_col[0]))
         t_model, _ = backend.generate(prompt, T, "kv")
-        lm = backend.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
-        lc = cback.forward(t_model[:, :-1]).logits[0, len(p) - 1 :]
+        lm = _scored(backend, t_model[:, :-1]).logits[0, len(p) - 1 :]
+        lc = _scored(cback, t_model[:, :-1]).logits[0, len(p) - 1 :]
         dlm.append(st.dlogit(lm, lc))
         agree.append(np.argmax(lm, -1) == np.argmax(lc, -1))
     raw = {
@@ -486,6 +526,7 @@ def run_audit(
     dec_raw, greedy = timed("decode", _decode, be, prompt_ids, config, sizes, progress)
     raw.update(dec_raw)
     raw.update(timed("online", _online, be, prompt_ids, config, sizes, seed, progress))
+    raw.update(timed("context_probe", _context_probe, be, prompt_ids, config, sizes, seed))
     v = verdict(summarize(raw))
     refused = collapse and v["verdict"] != COLLAPSED and not force
     collapse_meta: dict[str, Any] | None = None
@@ -520,6 +561,7 @@ def run_audit(
                     "tokenizer": str(tokenizer) if isinstance(tokenizer, str | os.PathLike) else None},
         "stochastic_continuations": continuations,
         "decode_continuations": greedy,
+        "coverage": coverage(prompt_ids, continuations, greedy, raw, config),
         "raw_records": {"file": RAW_NAME, "sha256": hashlib.sha256(raw_bytes).hexdigest(), "keys": sorted(raw)},
         "summary": jsonable(summary),
         "collapse": collapse_meta,
@@ -538,8 +580,7 @@ def run_audit(
     if refused:
         raise CollapseRefusedError(
             f"refusing --collapse: the model is {one_line(v)}; the audit is in {out}/; "
-            "--force writes the collapsed checkpoint anyway and records its approximation error"
-        )
+            "--force writes the collapsed checkpoint anyway and records its approximation error", record)
     return record
 
 
@@ -597,6 +638,11 @@ def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[
     """``plga audit --operators FILE.npz``: audit every [L, H, d, d] array (or ``key``) of the file."""
     path = Path(path)
     arrays = load_operator_arrays(path, key)  # regular files only; shapes and sizes checked before reading
+    for name, a in arrays.items():  # as a model's G_LM: non-finite operators have no spectrum or structure to audit
+        bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
+        if bad:
+            raise DataFileError(f"operator file {path}: array {name!r} holds {bad} non-finite values (NaN or ±inf); "
+                                "an operator audit needs finite operators")
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {

@@ -323,6 +323,19 @@ def eps_g(g_uncached: Any, g_cached: Any) -> tuple[Array, Array]:
     return rel, np.max(np.abs(diff), axis=(-3, -2, -1))
 
 
+def eps_g_per_operator(g_uncached: Any, g_cached: Any) -> Array:
+    """ε_G of every operator [..., H, d, d] → [..., H]: RMS(G_u − G_c) / max(RMS G_u, RMS G_c).
+
+    One operator per (layer, head), so a head whose G is small beside the others' still counts
+    in full (the published ε_G pools the heads of a layer, where it is diluted). The larger
+    norm as denominator keeps it finite (≤ 2) when one of the two is 0; 0 when both are.
+    """
+    gu, gc = _f64(g_uncached), _f64(g_cached)
+    num = np.sqrt(np.mean((gu - gc) ** 2, axis=(-2, -1)))
+    den = np.maximum(np.sqrt(np.mean(gu * gu, axis=(-2, -1))), np.sqrt(np.mean(gc * gc, axis=(-2, -1))))
+    return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
+
+
 def dlogit(logits_a: Any, logits_b: Any) -> Array:
     """ℓ∞ logit deviation ‖ℓ_a − ℓ_b‖_∞ over the vocabulary (published ``dlogit_steps``)."""
     return np.max(np.abs(_f64(logits_a) - _f64(logits_b)), axis=-1)
@@ -434,13 +447,14 @@ def symmetry_defect(g: Any) -> Array:
 def spread(gs: Any, axis: int = 0) -> tuple[Array, Array]:
     """Spread of operators around their mean along ``axis`` → (mean, max relative deviation).
 
-    max_x ‖G(x) − mean G‖_F / ‖mean G‖_F over the last two axes (the spread across prompts; docs/audit.md).
+    max_x ‖G(x) − mean G‖_F / ‖mean G‖_F over the last two axes (the spread across prompts; docs/audit.md);
+    +∞ where the mean is 0 but the operators are not.
     """
     gs = _f64(gs)
     mean = gs.mean(axis=axis)
     dev = np.linalg.norm(gs - np.expand_dims(mean, axis), axis=(-2, -1))
     den = np.linalg.norm(mean, axis=(-2, -1))
-    rel = np.divide(dev, np.expand_dims(den, axis), out=np.zeros_like(dev), where=np.expand_dims(den, axis) > 0)
+    rel = np.divide(dev, np.expand_dims(den, axis), out=np.where(dev > 0, np.inf, 0.0), where=np.expand_dims(den, axis) > 0)
     return mean, rel.max(axis=axis)
 
 

@@ -81,6 +81,8 @@ def _decode(raw: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
             "epsG_absmax_over_steps": float(ea[p].max()),
             "kv_equals_kvg": bool(raw["kv_kvg_same"][p]),
         })
+        if "epsG_head_steps" in raw:  # one ε_G per (layer, head) operator, max over steps and operators
+            out[-1]["epsG_per_operator_max_over_steps"] = float(raw["epsG_head_steps"][p].max())
     return out
 
 
@@ -157,6 +159,12 @@ def summarize(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
         sp = st.spread(raw["G_LM"], axis=0)[1]  # [L, H]
         s["G_LM_spread"] = {**st.min_median_max(sp), "per_layer": [st.min_median_max(sp[li]) for li in range(sp.shape[0])],
                             "label": "max over prompts of |G(x) - mean G|_F / |mean G|_F, per (layer, head)"}
+    if "context_probe_G" in raw and "G_LM" in raw:
+        mean = raw["G_LM"].mean(axis=0)  # [L, H, d, d] the prompts' mean operator
+        dev = context_deviation(raw["context_probe_G"], mean)  # [n, L, H]
+        s["G_LM_context_probe"] = {**st.min_median_max(dev), "length": int(raw["context_probe_ids"].shape[1]),
+                                   "label": "|G(probe) - mean G(prompts)|_F / |mean G(prompts)|_F per (layer, head); "
+                                            "the probe: seeded random ids as long as the context"}
     if "glm_comm_res" in raw:
         cr = raw["glm_comm_res"]
         s["glm_commutant_residual"] = {"all": st.min_median_max(cr), "per_layer": _per_layer(cr)}
@@ -192,6 +200,8 @@ def summarize(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
             t: {"rms": st.min_median_max(raw[f"op_{t}_rms"]), "signed": st.min_median_max(raw[f"op_{t}_signed"])}
             for t in TENSORS
         }
+        if "op_GLM_head_rms" in raw:  # one rms order parameter per (layer, head) operator
+            s["order_parameter"]["GLM"]["rms_per_operator"] = st.min_median_max(raw["op_GLM_head_rms"])
         s["order_parameter_note"] = (
             "rms = RMS(x1-x2)/(0.5*(RMS x1+RMS x2)); signed = SYMMETRIZED signed-mean normalization "
             "0.5*(|mu_1|+|mu_2|); the two maxima are reported separately, never as one value"
@@ -203,6 +213,38 @@ def summarize(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
     if "collapse_G" in raw:
         s["collapse"] = _collapse(raw)
     return s
+
+
+def context_deviation(g_probe: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """‖G(probe) − mean‖_F / ‖mean‖_F per operator [n, L, H] (+∞ where the mean is 0 and the probe is
+    not; NaN where the probe overflowed)."""
+    dev = np.linalg.norm(g_probe - mean[None], axis=(-2, -1))
+    den = np.broadcast_to(np.linalg.norm(mean, axis=(-2, -1))[None], dev.shape)
+    with np.errstate(invalid="ignore"):
+        return np.divide(dev, den, out=np.where(dev > 0, np.inf, np.where(np.isnan(dev), np.nan, 0.0)), where=den > 0)
+
+
+def coverage(prompts: list[list[int]], sampled: list[dict[str, Any]], greedy: list[list[int]], raw: Mapping[str, np.ndarray],
+             config: Any) -> dict[str, Any]:
+    """What the measurements saw: sequence lengths and token ids, against the model's context and
+    vocabulary. A verdict holds for inputs like these; G_LM may still depend on an id or a
+    position no measurement reached."""
+    seqs = [list(p) for p in prompts]
+    seqs += [list(prompts[r["prompt"]]) + list(r["tokens"]) for r in sampled]
+    seqs += [list(p) + list(g) for p, g in zip(prompts, greedy, strict=False)]
+    if "context_probe_ids" in raw:
+        seqs += [list(map(int, x)) for x in raw["context_probe_ids"]]
+    ids = {int(t) for s in seqs for t in s}
+    return {"prompts": len(prompts), "prompt_lengths": [min(map(len, prompts)), max(map(len, prompts))],
+            "longest_sequence": max(map(len, seqs)), "context": config.max_seq_len,
+            "distinct_token_ids": len(ids), "vocabulary": config.input_vocab_size}
+
+
+def coverage_line(c: Mapping[str, Any]) -> str:
+    """The coverage as one line, printed under the verdict."""
+    lo, hi = c["prompt_lengths"]
+    return (f"measured on {c['prompts']} prompts of {lo}–{hi} tokens and sequences up to {c['longest_sequence']} of the "
+            f"{c['context']}-token context, {c['distinct_token_ids']} distinct token ids of {c['vocabulary']}")
 
 
 def _layers_of(values: np.ndarray, layers: np.ndarray, n_layers: int) -> list[dict[str, float]]:

@@ -117,11 +117,14 @@ class TorchBackend:
 
     @_call
     def forward(
-        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False
+        self, tokens: np.ndarray, constant_g: Sequence[np.ndarray] | None = None, *, last_only: bool = False,
+        key_padding: np.ndarray | None = None,
     ) -> ForwardOut:
         """Logits [B, S, V] (``last_only``: [B, 1, V], only the last position projected) and per-layer
         A, A_LM, A_P, G_LM (only G_LM under a constant G)."""
-        out = self.model(self._tokens(tokens), logits="last" if last_only else "all", deductive=True, G=constant_g)
+        pad = None if key_padding is None else torch.as_tensor(np.asarray(key_padding))
+        out = self.model(self._tokens(tokens), logits="last" if last_only else "all", deductive=True, G=constant_g,
+                         key_padding=pad)
         ded = [{k: _np(d[k]) for k in DEDUCTIVE if k in d} for d in out.deductive or []]
         logits = out.logits[:, None] if last_only else out.logits
         return ForwardOut(logits=_np(logits), deductive=ded)

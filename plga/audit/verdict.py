@@ -3,15 +3,17 @@
 One rule, one set of thresholds (:data:`THRESHOLDS`), applied to the summary
 (:func:`plga.audit.summarize`); ``docs/audit.md`` ("The verdict") states it in words.
 
-The deciding figure is the **G deviation** g = max of three relative deviations of G_LM, each
-a ratio of RMS or Frobenius norms, so all three are on one scale:
+The deciding figure is the **G deviation** g = max of four relative deviations of G_LM, each
+a ratio of RMS or Frobenius norms, so all are on one scale:
 
 * the order parameter of G_LM between two sampled continuations of a prompt (rms
-  normalization), max over prompts and layers;
+  normalization), max over prompts, layers and heads;
 * ε_G, the relative RMS deviation between the prompt's cached G_LM and the G_LM recomputed
-  at each greedy decoding step, max over prompts, steps and layers;
+  at each greedy decoding step, max over prompts, steps, layers and heads;
 * the spread of G_LM across the prompts, max_x ‖G(x) − mean G‖_F / ‖mean G‖_F, max over
-  layers and heads (needs two prompts or more).
+  layers and heads (needs two prompts or more);
+* the context probe: the same deviation for G_LM of one sequence of random ids as long as the
+  context, from the prompts' mean G (the prompts reach only a few dozen positions).
 
 Then, with the decoding checks (argmax of cached vs recomputed logits at every step; the
 sufficient criterion 2B < margin per prompt):
@@ -74,20 +76,28 @@ def _num(x: Any) -> float:
 
 
 def figures(summary: Mapping[str, Any]) -> dict[str, Any]:
-    """The deciding figures from a summary (None where the measurement is absent)."""
-    op = summary.get("order_parameter", {}).get("GLM", {}).get("rms", {})
+    """The deciding figures from a summary (None where the measurement is absent).
+
+    The order parameter and ε_G are taken per operator — each (layer, head) on its own — where
+    the summary holds them, so that one moving head is not diluted by the layer's other heads;
+    the layer-pooled published figures are never larger (the pooled ratio is a weighted mean
+    of the per-head ones) and decide only in summaries written without the per-operator ones.
+    """
+    glm = summary.get("order_parameter", {}).get("GLM", {})
+    op = glm.get("rms_per_operator") or glm.get("rms", {})
     dec = summary.get("decode", [])
     spread = summary.get("G_LM_spread")
     f = {
         "G_order_parameter": _num(op["max"]) if op.get("n") else None,
-        "epsG": _max([_num(d["epsG_rel_rms_max_over_steps"]) for d in dec]),
+        "epsG": _max([_num(d.get("epsG_per_operator_max_over_steps", d["epsG_rel_rms_max_over_steps"])) for d in dec]),
         "G_spread": _num(spread["max"]) if spread else None,
+        "G_context": _num(summary["G_LM_context_probe"]["max"]) if "G_LM_context_probe" in summary else None,
         "argmax_disagreements": sum(int(d["n_disagree"]) for d in dec),
         "decoding_steps": sum(int(d["T"]) for d in dec),
         "margin_criterion_prompts": sum(bool(d["margin_criterion_2B"]) for d in dec),
         "prompts_decoded": len(dec),
     }
-    f["G_deviation"] = _max([f["G_order_parameter"], f["epsG"], f["G_spread"]])
+    f["G_deviation"] = _max([f["G_order_parameter"], f["epsG"], f["G_spread"], f["G_context"]])
     return f
 
 
@@ -128,7 +138,8 @@ def one_line(v: Mapping[str, Any]) -> str:
         return "n/a" if x is None else f"{x:.3g}"
 
     return (f"{v['verdict']}: " + "; ".join(v["reasons"])
-            + f" (order parameter {fmt(f['G_order_parameter'])}, ε_G {fmt(f['epsG'])}, spread across prompts {fmt(f['G_spread'])})")
+            + f" (order parameter {fmt(f['G_order_parameter'])}, ε_G {fmt(f['epsG'])}, spread across prompts {fmt(f['G_spread'])}, "
+               f"context probe {fmt(f.get('G_context'))})")
 
 
 __all__ = ["COLLAPSED", "INCONCLUSIVE", "NOT_COLLAPSED", "THRESHOLDS", "VERDICTS", "Thresholds", "figures", "one_line", "threshold_text",

@@ -66,8 +66,11 @@ def test_quick_sizes_and_published_defaults(tiny_ckpt, tmp_path):
 def test_collapse_on_a_random_model_is_refused(tiny_ckpt, tmp_path, capsys):
     """One line with the verdict and the measured G spread, exit 2; the audit itself is written."""
     assert _run([str(tiny_ckpt), "--out", str(tmp_path), *FAST, "--collapse"]) == 2
-    err = capsys.readouterr().err.strip()
+    cap = capsys.readouterr()
+    err = cap.err.strip()
     assert "\n" not in err and err.startswith("plga audit: error: refusing --collapse: the model is not collapsed")
+    out = cap.out.splitlines()
+    assert out[0].startswith("verdict: not collapsed") and out[1].startswith("scope: measured on "), "the verdict still comes first"
     rec = json.loads((tmp_path / "audit.json").read_text())
     spread = rec["verdict"]["figures"]["G_spread"]
     assert f"spread across prompts {spread:.3g}" in err and "--force" in err
