@@ -227,6 +227,50 @@ class BrokenKernel:
         return self.factory()
 
 
+class LoadedModelLeak(_ChainBug):
+    """Keeps one model per state dict it was given (by identity, as a library keeps a loaded
+    model) and lets that model carry state into later calls: kv decoding reuses the frozen A of
+    the model's first kv prompt, and decoding with a constant G reuses the model's first G.
+    Invisible while every call gets a fresh copy of the state dict."""
+
+    capabilities = frozenset({"forward", "collapsed", "cache_kv"})
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._models: list[tuple[Any, dict[str, Any]]] = []  # (state dict, what its model carries); held, as a loaded model is
+
+    def _carried(self, state_dict: Any) -> dict[str, Any]:
+        for sd, carried in self._models:
+            if sd is state_dict:
+                return carried
+        self._models.append((state_dict, {}))
+        return self._models[-1][1]
+
+    def generate(self, state_dict: Any, config: Any, prompt: Any, max_new_tokens: int, *, mode: str,
+                 constant_g: Any = None) -> Any:
+        from .adapter import GenerateOutput
+
+        carried = self._carried(state_dict)
+        if mode == "collapsed":
+            constant_g = carried.setdefault("G", constant_g)
+            return super().generate(state_dict, config, prompt, max_new_tokens, mode=mode, constant_g=constant_g)
+        dec = self._decoder(state_dict, config)
+        if "A" not in carried:
+            _, deds, _ = dec.forward(prompt)
+            carried["A"] = [d["A"] for d in deds]
+        first = carried["A"]
+        original = dec.cached_operator
+
+        def cached(i: int, cache: eg.LayerCache, m: str) -> Any:
+            if first[i].shape == cache.A.shape:
+                cache.A = first[i]
+            return original(i, cache, m)
+
+        dec.cached_operator = cached  # type: ignore[method-assign]
+        tokens, steps = dec.generate(prompt, max_new_tokens, mode)
+        return GenerateOutput(tokens, steps)
+
+
 def _fn(f: Callable[..., Tensor]) -> Callable[[], Callable[..., Tensor]]:
     return lambda: _attention_callable(f.__name__, f)
 
@@ -243,6 +287,8 @@ BROKEN: dict[str, BrokenKernel] = {
         BrokenKernel("padding_ignored", "key padding mask dropped", _fn(padding_ignored), "attention_padding"),
         BrokenKernel("finite_mask_leak", "masked scores get −1e2, not −1e9", _fn(finite_mask_leak), "attention_mask_dominance"),
         BrokenKernel("stale_gcache", "G-cache kept from the first prompt", StaleGCache, "gcache_invalidated"),
+        BrokenKernel("loaded_model_leak", "a model kept loaded carries the first kv prompt's A and the first constant G into later calls",
+                     LoadedModelLeak, "state_between_calls"),
         BrokenKernel("fp16_power_stage", "A_LM^P evaluated in float16", Fp16PowerStage, "operator_chain"),
         BrokenKernel("heads_permuted", "G of head h+1 applied to head h", _fn(heads_permuted), "sentinel_g"),
         BrokenKernel("g_bias_dropped", "G_LM = a A_P without b_a", GBiasDropped, "operator_chain"),
@@ -256,6 +302,7 @@ __all__ = [
     "Fp16PowerStage",
     "GBeforeRope",
     "GBiasDropped",
+    "LoadedModelLeak",
     "StaleGCache",
     "causal_off_by_one",
     "finite_mask_leak",

@@ -34,7 +34,7 @@ from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
 from .adapter import Adapter, SkipCheck, time_scale_of
-from .guard import call_operation, time_limit
+from .guard import Held, call_operation, time_limit
 from .profiles import GROUPS
 from .tolerance import ConformanceFailure, assert_bitwise_equal, assert_conforms, compare, k_for
 
@@ -656,7 +656,8 @@ class DecoderCase:
         c = self.config
         return (f"case ({self.label}): config layers={c.num_layers} heads={c.num_heads} depth={c.depth} dff={c.dff} "
                 f"A_dff={c.A_dff} num_reslayerA={c.num_reslayerA} num_denseA={c.num_denseA} vocab={c.input_vocab_size} "
-                f"rope_style={c.rope_style}; weights seed {self.seed}; tokens {self.tokens.tolist()}; {self.new_tokens} new tokens")
+                f"rope_style={c.rope_style} rope_base={c.rope_base:g} max_seq_len={c.max_seq_len}; weights seed {self.seed}; "
+                f"tokens {self.tokens.tolist()}; {self.new_tokens} new tokens")
 
 
 def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False) -> list[DecoderCase]:
@@ -668,7 +669,7 @@ def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = Fals
     for i, config in enumerate(configs):
         batches = sh.boundary_tokens(config.input_vocab_size, ctx.seed + i, left_padding=ctx.mp, min_len=min_len,
                                      max_len=6 if generation else 9)
-        n = (0, 1, 4, 3, 2)[i] if generation else 0
+        n = (0, 1, 4, 3, 2, 5, 1)[i] if generation else 0
         out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, batches[i % len(batches)], n, label=f"boundary #{i}"))
     for j, (ci, batch, length, new) in enumerate(sh.BOUNDARY_DECODER_EXTRA, start=len(configs)):
         config = configs[ci]
@@ -683,7 +684,7 @@ def _decoder_cases(draw: Any, *, left_padding: bool, min_len: int = 1, generatio
     config = draw(sh.decoder_configs(), label="config")
     tokens = draw(sh.token_batches(vocab=config.input_vocab_size, max_len=6 if generation else 20, max_batch=4,
                                    min_len=max(min_len, 2 if generation else 1), left_padding=left_padding), label="tokens")
-    n = draw(st.integers(0, 4), label="new tokens") if generation else 0
+    n = draw(st.integers(0, 6), label="new tokens") if generation else 0
     return DecoderCase(config, draw(st.integers(0, 2**31 - 1), label="weights seed"), tokens, n)
 
 
@@ -723,13 +724,17 @@ def _assume_power_conditioned(ctx: Context, state: dict[str, Any], config: Any, 
 
 
 def _forward_compare(ctx: Context, state: dict[str, Any], config: Any, tokens: np.ndarray, *, what: str,
-                     constant_g: Sequence[Any] | None = None, truth_logits: Any = None, note: str = "") -> None:
+                     constant_g: Sequence[Any] | None = None, truth_logits: Any = None, note: str = "",
+                     held: tuple[Held, Held] | None = None) -> None:
+    """The adapter's forward against the truth and the baselines; ``held``: the (state, config)
+    passed as one kept model (:class:`~.guard.Held`) instead of fresh copies."""
     import torch
 
     tok = torch.from_numpy(tokens).to(ctx.device)
     if constant_g is None and truth_logits is None:  # drawn cases only (the golden case is fixed)
         _assume_power_conditioned(ctx, state, config, tokens)
-    out = _call(ctx, "forward", state, config, tok, constant_g=constant_g)
+    model = held or (state, config)
+    out = _call(ctx, "forward", *model, tok, constant_g=constant_g)
     truth = None
     if truth_logits is None or out.G_LM is not None:
         truth = oracle.truth_forward(state, config, tokens, constant_g)
@@ -738,7 +743,8 @@ def _forward_compare(ctx: Context, state: dict[str, Any], config: Any, tokens: n
         truth_logits = truth.logits
     base = [d.forward(tok, constant_g) for d in _baseline_decoders(state, config)]
     note = note or f"tokens {tokens.tolist()}"
-    assert_conforms(out.logits, [b[0] for b in base], truth_logits, dtype=ctx.dtype, k=k_for(ctx.name), what=what, note=note)
+    assert_conforms(out.logits, [b[0] for b in base], truth_logits, dtype=ctx.dtype, k=k_for(ctx.name), what=what, note=note,
+                    per_sequence=True)
     if out.G_LM is None:  # the protocol lets a forward return no operators
         return
     if len(out.G_LM) != config.num_layers:
@@ -748,7 +754,7 @@ def _forward_compare(ctx: Context, state: dict[str, Any], config: Any, tokens: n
     for i, g in enumerate(out.G_LM):  # each [B, H, d, d], downstream of the power stage
         want = np.broadcast_to(truth.deductive[i]["G_LM"], (tokens.shape[0], *np.shape(truth.deductive[i]["G_LM"])[-3:]))
         assert_conforms(g, [b[1][i]["G_LM"].expand(*want.shape) for b in base], want, dtype=ctx.dtype,
-                        k=k_for("operator_chain"), what=f"{what}: G_LM of layer {i}", note=note)
+                        k=k_for("operator_chain"), what=f"{what}: G_LM of layer {i}", note=note, per_sequence=True)
 
 
 @register("forward_logits", "decoder", requires=("forward",))
@@ -812,25 +818,29 @@ def _generation_compare(ctx: Context, got: Any, truth: Any, baselines: Sequence[
         diff = np.nonzero((b[:, s0:] != t_tokens[:, s0:]).any(axis=0))[0]
         if diff.size:
             agree = min(agree, int(diff[0]) + 1)  # the step's logits are comparable, the token may differ
-    bound = 0.0
+    bounds = np.zeros(tokens.shape[0])  # each sequence's logit tolerance
     if agree:
         steps = got.step_logits
         if steps is None or tuple(steps.shape) != tuple(t_steps.shape):
             raise ConformanceFailure(f"{what}: step logits shape {None if steps is None else tuple(steps.shape)} "
                                      f"!= expected {t_steps.shape}\n{note}")
-        cmp = assert_conforms(steps[:, :agree], [x[1][:, :agree] for x in baselines], t_steps[:, :agree], dtype=ctx.dtype,
-                              k=k_for(ctx.name), what=f"{what} step logits", note=note)
-        bound = cmp.bound
+        for i in range(tokens.shape[0]):  # every sequence against its own bound (tolerance.compare per_sequence)
+            bounds[i] = assert_conforms(steps[i, :agree], [x[1][i, :agree] for x in baselines], t_steps[i, :agree],
+                                        dtype=ctx.dtype, k=k_for(ctx.name), what=f"{what} step logits (sequence {i})",
+                                        note=note).bound
     diff = np.nonzero((tokens[:, s0:] != t_tokens[:, s0:]).any(axis=0))[0]
     if diff.size:
         step = int(diff[0])
-        top2 = np.sort(t_steps[:, step], axis=-1)[:, -2:]
-        margin = float(np.min(top2[:, 1] - top2[:, 0]))
-        if not margin <= 2 * bound:
+        rows = np.nonzero(tokens[:, s0 + step] != t_tokens[:, s0 + step])[0]
+        top2 = np.sort(t_steps[rows, step], axis=-1)[:, -2:]
+        margins = top2[:, 1] - top2[:, 0]
+        clear = [(int(r), float(m)) for r, m in zip(rows, margins, strict=True) if not m <= 2 * bounds[r]]
+        if clear:
+            r, margin = clear[0]
             raise ConformanceFailure(
-                f"{what}: token at step {step} differs from the reference ({tokens[:, s0 + step].tolist()} vs "
-                f"{t_tokens[:, s0 + step].tolist()}) although the reference margin {margin:.3e} exceeds 2 × the "
-                f"logit tolerance {bound:.3e} (criterion 2B < margin ⇒ identical greedy tokens)\n{note}")
+                f"{what}: token at step {step} of sequence {r} differs from the reference ({int(tokens[r, s0 + step])} vs "
+                f"{int(t_tokens[r, s0 + step])}) although the reference margin {margin:.3e} exceeds 2 × the "
+                f"sequence's logit tolerance {bounds[r]:.3e} (criterion 2B < margin ⇒ identical greedy tokens)\n{note}")
 
 
 def _generation_check(ctx: Context, body: Callable[[DecoderCase, dict[str, Any]], None]) -> None:
@@ -894,21 +904,64 @@ def check_collapsed_equals_kvg(ctx: Context) -> None:
     _generation_check(ctx, body)
 
 
+def _other_prompt(prompt: np.ndarray, vocab: int) -> np.ndarray:
+    """A second prompt of the same shape and padding, every real id changed."""
+    return np.where(prompt > 0, (prompt * 7 + 3) % (vocab - 1) + 1, 0)
+
+
 @register("gcache_invalidated", "cache", requires=("cache_kvg",))
 def check_gcache_invalidated(ctx: Context) -> None:
-    """A new prompt gets a new G-cache: decoding two prompts in turn matches decoding each fresh."""
+    """A new prompt gets a new G-cache: two prompts decoded in turn by one loaded model match each decoded fresh."""
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, prompt, n = c.config, c.tokens, max(c.new_tokens, 1)
-        other = np.where(prompt > 0, (prompt * 7 + 3) % (config.input_vocab_size - 1) + 1, 0)
-        note = c.note() + f"; then the prompt {other.tolist()}"
+        other = _other_prompt(prompt, config.input_vocab_size)
+        note = c.note() + f"; then the prompt {other.tolist()} (same model object)"
         for p in (prompt, other):
             _assume_power_conditioned(ctx, state, config, p)
+        held_state, held_config = Held(state), Held(config)  # one model, kept loaded between the calls
         for p in (prompt, other):
-            got = _gen(ctx, state, config, p, n, "kvg")
+            got = _gen(ctx, held_state, held_config, p, n, "kvg")
             truth = oracle.truth_generate(state, config, p, n, "kvg")
             _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "kvg"), what="kvg decoding of successive prompts",
                                 note=note)
+
+    _generation_check(ctx, body)
+
+
+@register("state_between_calls", "cache", requires=("forward",))
+def check_state_between_calls(ctx: Context) -> None:
+    """One loaded model serves every declared operation on two prompts in turn (and two constant G's): nothing carries over."""
+    import torch
+
+    modes = [m for m, cap in (("kv", "cache_kv"), ("kvg", "cache_kvg"), ("nocache", "cache_nocache")) if ctx.adapter.provides(cap)]
+    collapsed = ctx.adapter.provides("collapsed")
+
+    def body(c: DecoderCase, state: dict[str, Any]) -> None:
+        config, prompt, n = c.config, c.tokens, max(c.new_tokens, 1)
+        other = _other_prompt(prompt, config.input_vocab_size)
+        for p in (prompt, other):
+            _assume_power_conditioned(ctx, state, config, p)
+        rng = np.random.default_rng(c.seed)
+        gs = [[torch.from_numpy(sh.make_g("random", (config.num_heads,), config.depth, rng)).to(device=ctx.device, dtype=ctx.torch_dtype)
+               for _ in range(config.num_layers)] for _ in range(2)]
+        held_state, held_config = Held(state), Held(config)
+        for j, p in enumerate((prompt, other)):
+            note = c.note() + f"; call round {j + 1} of 2 on one model object (round 2: the prompt {other.tolist()}, another G)"
+            _forward_compare(ctx, state, config, p, what=f"forward logits, round {j + 1}", note=note, held=(held_state, held_config))
+            if collapsed:
+                _forward_compare(ctx, state, config, p, constant_g=gs[j], what=f"collapsed forward logits, round {j + 1}", note=note,
+                                 held=(held_state, held_config))
+            for mode in modes:
+                got = _gen(ctx, held_state, held_config, p, n, mode)
+                truth = oracle.truth_generate(state, config, p, n, mode)
+                _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, mode), what=f"{mode} decoding, round {j + 1}",
+                                    note=note)
+            if collapsed and modes:
+                got = _gen(ctx, held_state, held_config, p, n, "collapsed", gs[j])
+                truth = oracle.truth_generate(state, config, p, n, "collapsed", gs[j])
+                _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j]),
+                                    what=f"collapsed decoding, round {j + 1}", note=note)
 
     _generation_check(ctx, body)
 

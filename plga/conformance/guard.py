@@ -6,7 +6,9 @@ Every call of an implementation's operation goes through :func:`call_operation`:
   the config) is deep-copied before the call; truth and baselines are computed from the
   pristine originals, and after the call the copies are compared with them bit for bit. A
   difference is a failure of its own: ``kernel modified its input `G` in place``. No operation
-  of the protocol has in-place semantics.
+  of the protocol has in-place semantics. A :class:`Held` argument is copied once and that
+  copy passed to every call (a model kept loaded), so state an implementation carries between
+  calls is exercised.
 * **escapes** — ``SystemExit`` (``sys.exit(0)``), ``KeyboardInterrupt`` (not typed by the
   user), ``GeneratorExit`` and every other exception leaving the kernel are a
   :class:`KernelCrash`: a failure of the check that called it, never an exit of plga.
@@ -135,11 +137,23 @@ def _copy(x: Any) -> Any:
     return copy.deepcopy(x)
 
 
+class Held:
+    """An argument copied once and passed, as that same copy, to every call it is given to: the
+    model a user keeps loaded between calls. An implementation that caches what it built from
+    its arguments by their identity (a loaded model, a cache inside it) then reuses it across
+    the calls, so state carried from one call to the next is seen; each call still finds the
+    copy unmodified (compared with the pristine original after every call)."""
+
+    def __init__(self, value: Any) -> None:
+        self.original = value
+        self.copy = _copy(value)
+
+
 def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
     """``fn(*copies of args, **copies of kwargs)`` under guard (see the module docstring).
 
-    Tensors that require grad are passed as they are (the caller owns their gradient), every
-    other argument as a copy.
+    Tensors that require grad are passed as they are (the caller owns their gradient), a
+    :class:`Held` argument as its one copy, every other argument as a fresh copy.
     """
     import torch
 
@@ -148,7 +162,8 @@ def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
 
     names = list(OPERATION_ARGS.get(op, ())) + [f"argument {i}" for i in range(len(OPERATION_ARGS.get(op, ())), len(args))]
     given = {**dict(zip(names, args, strict=False)), **kwargs}
-    copies = {n: (x if keep(x) else _copy(x)) for n, x in given.items()}
+    copies = {n: (x.copy if isinstance(x, Held) else x if keep(x) else _copy(x)) for n, x in given.items()}
+    given = {n: (x.original if isinstance(x, Held) else x) for n, x in given.items()}
     snapshot = {n: (x.detach().clone() if keep(x) else x) for n, x in given.items()}
     pos = [copies[n] for n in names[: len(args)]]
     kw = {n: copies[n] for n in kwargs}

@@ -347,27 +347,37 @@ def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 6, 8), max_len: int
 
 
 #: Decoder configurations of the explicit cases (num_layers, num_heads, depth, dff, A_dff,
-#: num_reslayerA, num_denseA, vocab, rope_style): one layer and one head, three of each,
-#: both RoPE styles, head dims 4 … 16, 1 … 3 residual units and SwiGLU blocks.
-BOUNDARY_CONFIGS: tuple[tuple[int, int, int, int, int, int, int, int, str], ...] = (
+#: num_reslayerA, num_denseA, vocab, rope_style[, rope_base, max_seq_len]): one layer and one
+#: head, three of each, both RoPE styles, head dims 4 … 16, 1 … 3 residual units and SwiGLU
+#: blocks; then past the sizes a kernel's tables, tiles and loops are often cut at — 4 layers,
+#: 5 heads of dimension 32 (scale 1/√32), a vocabulary of 97 (past 64), RoPE base 5·10⁵ and a
+#: context of 300 (past 64 and 256: position tables, interpolation) — and a small model with
+#: base 1000 and a context of 1024 that the 260-token case below runs past position 256.
+BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (1, 1, 8, 8, 4, 1, 1, 23, "interleaved"),
     (2, 2, 8, 24, 12, 1, 2, 37, "rotate_half"),
     (3, 3, 6, 20, 5, 3, 3, 50, "interleaved"),
     (2, 3, 4, 12, 3, 2, 1, 29, "rotate_half"),
     (1, 2, 16, 40, 9, 2, 3, 64, "rotate_half"),
+    (4, 5, 32, 48, 6, 1, 1, 97, "interleaved", 500000.0, 300),
+    (1, 2, 8, 12, 4, 1, 1, 41, "rotate_half", 1000.0, 1024),
 )
 
 
-def make_config(layers: int, heads: int, depth: int, dff: int, a_dff: int, units: int, dense: int, vocab: int, rope_style: str) -> Any:
+def make_config(layers: int, heads: int, depth: int, dff: int, a_dff: int, units: int, dense: int, vocab: int, rope_style: str,
+                rope_base: float = 10000.0, max_seq_len: int = 64) -> Any:
     from ..reference.config import PLDRConfig
 
     return PLDRConfig(num_layers=layers, d_model=heads * depth, num_heads=heads, dff=dff, A_dff=a_dff, num_reslayerA=units,
-                      num_denseA=dense, input_vocab_size=vocab, max_seq_len=64, rope_style=rope_style)
+                      num_denseA=dense, input_vocab_size=vocab, max_seq_len=max_seq_len, rope_style=rope_style,
+                      rope_base=rope_base)
 
 
 def config_regions(config: Any) -> dict[str, str]:
     return {"num_layers": str(config.num_layers), "heads": str(config.num_heads), "depth": str(config.depth),
-            "num_reslayerA": str(config.num_reslayerA), "num_denseA": str(config.num_denseA), "rope_style": config.rope_style}
+            "num_reslayerA": str(config.num_reslayerA), "num_denseA": str(config.num_denseA), "rope_style": config.rope_style,
+            "vocabulary": size_region(config.input_vocab_size), "rope_base": f"{config.rope_base:g}",
+            "max_seq_len": size_region(config.max_seq_len)}
 
 
 def boundary_configs() -> list[Any]:
@@ -377,12 +387,13 @@ def boundary_configs() -> list[Any]:
 @st.composite
 def decoder_configs(draw: Any) -> Any:
     """A drawn small decoder configuration (every structural knob varies)."""
-    heads = draw(st.integers(1, 3), label="num_heads")
+    heads = draw(st.integers(1, 5), label="num_heads")
     return make_config(
-        draw(st.integers(1, 3), label="num_layers"), heads, draw(st.sampled_from([2, 4, 6, 8]), label="depth"),
+        draw(st.integers(1, 4), label="num_layers"), heads, draw(st.sampled_from([2, 4, 6, 8, 16]), label="depth"),
         draw(st.integers(4, 24), label="dff"), draw(st.integers(2, 12), label="A_dff"),
         draw(st.integers(1, 3), label="num_reslayerA"), draw(st.integers(1, 3), label="num_denseA"),
-        draw(st.integers(8, 60), label="vocab"), draw(st.sampled_from(["interleaved", "rotate_half"]), label="rope_style"))
+        draw(st.integers(8, 130), label="vocab"), draw(st.sampled_from(["interleaved", "rotate_half"]), label="rope_style"),
+        draw(st.sampled_from([10000.0, 500.0, 1e6]), label="rope_base"), draw(st.sampled_from([64, 100, 2048]), label="max_seq_len"))
 
 
 def token_regions(tokens: np.ndarray) -> dict[str, str]:
@@ -411,9 +422,11 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: Decoder boundary cases past the short prompts, (index into :data:`BOUNDARY_CONFIGS`, batch,
 #: prompt length, new tokens when generating): a 40-token prompt (positions past 16 and 32,
 #: where a RoPE table, a cache block or a position loop sized 16/32 ends; generation carries
-#: it to 43) and a batch of 4 rows padded to different lengths (batch ≥ 4: one more row than
-#: a batch-3 test shape).
-BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = ((1, 2, 40, 3), (3, 4, 9, 2))
+#: it to 43); a batch of 4 rows padded to different lengths; on the large configuration a batch
+#: of 5 prompts of 20 tokens (past a batch of 4, prompts inside 17–32) decoding 6 tokens (past a
+#: step count of 4); and a 260-token prompt decoding 3 (positions past 256: a RoPE table of 256,
+#: positions held in bfloat16).
+BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = ((1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3))
 
 
 def padded_tokens(vocab: int, seed: int, *, batch: int, length: int, left_padding: bool) -> np.ndarray:

@@ -88,6 +88,7 @@ K_OVERRIDES: dict[str, tuple[float, str]] = {
     "cache_modes": (8.0, _CHAIN_REASON),
     "collapsed_equals_kvg": (8.0, _CHAIN_REASON),
     "gcache_invalidated": (8.0, _CHAIN_REASON),
+    "state_between_calls": (8.0, _CHAIN_REASON),
     "cache_nocache": (8.0, _CHAIN_REASON),
     "forward_collapsed": (5.0, "no power stage, but up to three stacked layers of LayerNorm, softmax and SwiGLU after an "
                           "ill-conditioned constant G (singular values down to 1e-10); the thorough profile measured a "
@@ -226,12 +227,17 @@ class Comparison:
 
 def compare(
     kernel: Any, baselines: Sequence[Any] | Any, truth: Any, *, dtype: str | None = None,
-    k: float = DEFAULT_K, what: str = "output", magnitude: float | None = None,
+    k: float = DEFAULT_K, what: str = "output", magnitude: float | None = None, per_sequence: bool = False,
 ) -> Comparison:
     """Evaluate the policy for one output tensor (no raising). See the module docstring.
 
     ``magnitude``: the magnitude M of the terms entering the computation (see the module
-    docstring); the floor covers :data:`MAGNITUDE_ULPS` ulp of it.
+    docstring); the floor covers :data:`MAGNITUDE_ULPS` ulp of it. ``per_sequence``: the first
+    axis holds independent sequences (a decoder's batch), each judged against its own bound —
+    one ill-conditioned sequence (a left-padded row at float32, where the published −1e9 mask
+    rounds away its padded queries' scores) must not loosen the bound of the others. The
+    comparison returned is the sequence furthest past (or closest to) its bound, with the
+    mismatch counts of all.
     """
     if not isinstance(baselines, (list, tuple)):
         baselines = [baselines]
@@ -240,6 +246,12 @@ def compare(
     t = _to_numpy64(truth)
     if tuple(c.shape) != tuple(t.shape):
         raise ConformanceFailure(f"{what} [{dtype}]: kernel shape {tuple(c.shape)} != expected {tuple(t.shape)}")
+    if per_sequence and c.ndim >= 2 and c.shape[0] > 1:
+        bases = [_to_numpy64(b) for b in baselines]
+        return _worst_sequence([
+            compare(c[i], [b[i] for b in bases], t[i], dtype=dtype, k=k, what=f"{what} (sequence {i})", magnitude=magnitude)
+            for i in range(c.shape[0])
+        ])
     total = int(c.size)
     if total == 0:
         return Comparison(what, dtype, 0.0, 0.0, 0.0, k, (), 0.0, 0.0, 0.0, 0, 0)
@@ -277,12 +289,26 @@ def compare(
     )
 
 
+def _worst_sequence(rows: list[Comparison]) -> Comparison:
+    """The comparison of the sequence that decides (failed, then furthest past its bound), with
+    the index of its sequence prefixed and the counts of every sequence."""
+    def excess(r: Comparison) -> tuple[bool, float]:
+        return (not r.passed, r.kernel_error / r.bound if r.bound > 0 else (math.inf if r.kernel_error > 0 else 0.0))
+
+    i, worst = max(enumerate(rows), key=lambda ir: excess(ir[1]))
+    return dataclasses.replace(
+        worst, worst_index=(i, *worst.worst_index), mismatched=sum(r.mismatched for r in rows),
+        total=sum(r.total for r in rows), nonfinite=sum(r.nonfinite for r in rows),
+    )
+
+
 def assert_conforms(
     kernel: Any, baselines: Sequence[Any] | Any, truth: Any, *, dtype: str | None = None,
     k: float = DEFAULT_K, what: str = "output", note: str = "", magnitude: float | None = None,
+    per_sequence: bool = False,
 ) -> Comparison:
     """Raise :class:`ConformanceFailure` unless ``kernel`` is within the policy; return the comparison."""
-    cmp = compare(kernel, baselines, truth, dtype=dtype, k=k, what=what, magnitude=magnitude)
+    cmp = compare(kernel, baselines, truth, dtype=dtype, k=k, what=what, magnitude=magnitude, per_sequence=per_sequence)
     if not cmp.passed:
         msg = cmp.message() + (f"\n{note}" if note else "")
         raise ConformanceFailure(msg, cmp)

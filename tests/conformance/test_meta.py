@@ -1,7 +1,7 @@
 """The suite has teeth and no false alarms: every negative control fails, every correct
 implementation passes.
 
-* the eleven kernels of :mod:`plga.conformance.broken` fail the check named for each, with a
+* the twelve kernels of :mod:`plga.conformance.broken` fail the check named for each, with a
   conformance failure carrying a reproduction (quick profile);
 * the controls of :mod:`plga.conformance.controls` (tiled kernels, FA-2 backward, split-K,
   in-place mutators, configuration and cache bugs, and correct alternative algorithms): in

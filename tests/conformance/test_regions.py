@@ -7,7 +7,10 @@ decoder's logits) multiplied by 1.5 there and nowhere else:
 * attention: H a multiple of 8; 22 ≤ T ≤ 64 keys; batch 4; head dim d > 128; d = 32 with
   S ≠ T; non-contiguous q, k or v (the ``strided_inputs`` check);
 * backward: gradients wrong only when G is None;
-* decoder and caches: logits wrong past position 16 (a 40-token prompt); wrong for batch ≥ 4.
+* decoder and caches: logits wrong past position 16 (a 40-token prompt); wrong for batch ≥ 4;
+  and, after a second audit, wrong past position 256, for a RoPE base other than 10000, a
+  context over 64, 4 heads or more, head dims over 16, 4 layers or more, a vocabulary over 64,
+  batch ≥ 5, from the 5th generated token, or for generation prompts of 17–32 tokens.
 
 Before these regions were added every one of them got PASS. Each must now get FAIL in the
 quick profile, while the unmodified kernels PASS the same checks.
@@ -15,6 +18,7 @@ quick profile, while the unmodified kernels PASS the same checks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +33,7 @@ from plga.kernels import plga_attention
 
 #: The decoder-level checks (cache checks included) a decoder control runs through.
 DECODER_CHECKS = ("forward_logits", "forward_collapsed", "cache_modes", "collapsed_equals_kvg", "gcache_invalidated",
-                  "cache_nocache")
+                  "state_between_calls", "cache_nocache")
 
 
 def _attention_wrong_when(name: str, wrong: Callable[[Any, Any, Any], bool]) -> Callable[..., Any]:
@@ -107,37 +111,65 @@ def test_backward_wrong_only_for_g_none_fails():
     assert all("G=None" in f.message and "attention backward d" in f.message for f in report.failures), report.failures[0].message
 
 
+@dataclasses.dataclass(frozen=True)
+class At:
+    """Where a decoder's logits are read: the config, the batch, the position, and for a
+    generation step its index (from 0) and the prompt's length (None in a forward)."""
+
+    config: Any
+    batch: int
+    position: int
+    step: int | None = None
+    prompt: int | None = None
+
+
 class _WrongDecoder(Adapter):
-    """The project's decoder (the default adapter), its logits × 1.5 where ``wrong_at(batch,
-    position)`` holds: the forward's logits at every position, and a generation step's logits
-    at the position the step reads (prompt length − 1 + step)."""
+    """The project's decoder (the default adapter), its logits × 1.5 where ``wrong_at(At)``
+    holds: the forward's logits at every position, and a generation step's logits at the
+    position the step reads (prompt length − 1 + step)."""
 
     dtypes = ("float64", "float32")
 
-    def __init__(self, name: str, wrong_at: Callable[[int, int], bool]) -> None:
+    def __init__(self, name: str, wrong_at: Callable[[At], bool]) -> None:
         self.inner = kernels()
         self.name, self.wrong_at = f"decoder wrong only for {name}", wrong_at
         self.capabilities = self.inner.capabilities & {"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"}
         self.version, self.device = self.inner.version, self.inner.device
 
-    def _scaled(self, logits: Any, positions: range) -> Any:  # logits [B, N, V], one row per position
-        factor = torch.tensor([1.5 if self.wrong_at(logits.shape[0], p) else 1.0 for p in positions], dtype=logits.dtype)
+    def _scaled(self, logits: Any, at: list[At]) -> Any:  # logits [B, N, V], one At per position
+        factor = torch.tensor([1.5 if self.wrong_at(a) else 1.0 for a in at], dtype=logits.dtype)
         return logits * factor.to(logits.device)[None, :, None]
 
     def forward(self, state_dict: Any, config: Any, tokens: Any, *, constant_g: Any = None) -> ForwardOutput:
         out = self.inner.forward(state_dict, config, tokens, constant_g=constant_g)
-        return ForwardOutput(self._scaled(out.logits, range(tokens.shape[1])), out.G_LM)
+        b = tokens.shape[0]
+        return ForwardOutput(self._scaled(out.logits, [At(config, b, p) for p in range(tokens.shape[1])]), out.G_LM)
 
     def generate(self, state_dict: Any, config: Any, prompt: Any, max_new_tokens: int, *, mode: str,
                  constant_g: Any = None) -> GenerateOutput:
         out = self.inner.generate(state_dict, config, prompt, max_new_tokens, mode=mode, constant_g=constant_g)
-        s = prompt.shape[1]
-        return GenerateOutput(out.tokens, self._scaled(out.step_logits, range(s - 1, s - 1 + max_new_tokens)))
+        b, s = prompt.shape
+        at = [At(config, b, s - 1 + n, n, s) for n in range(max_new_tokens)]
+        return GenerateOutput(out.tokens, self._scaled(out.step_logits, at))
 
+
+_ALL_BUT_COLLAPSED_EQ = tuple(c for c in DECODER_CHECKS if c != "collapsed_equals_kvg")  # that check decodes single prompts
+_GENERATION = tuple(c for c in DECODER_CHECKS if c not in ("forward_logits", "forward_collapsed"))
 
 DECODER_REGIONS = [
-    ("positions past 16", lambda b, p: p >= 16, DECODER_CHECKS),
-    ("batch >= 4", lambda b, p: b >= 4, tuple(c for c in DECODER_CHECKS if c != "collapsed_equals_kvg")),  # single prompts
+    ("positions past 16", lambda a: a.position >= 16, DECODER_CHECKS),
+    ("batch >= 4", lambda a: a.batch >= 4, _ALL_BUT_COLLAPSED_EQ),
+    # a second audit: knobs of the configuration and sizes no case reached
+    ("positions past 256", lambda a: a.position >= 256, DECODER_CHECKS),
+    ("rope_base other than 10000", lambda a: a.config.rope_base != 10000.0, DECODER_CHECKS),
+    ("max_seq_len > 64", lambda a: a.config.max_seq_len > 64, DECODER_CHECKS),
+    ("4 heads or more", lambda a: a.config.num_heads >= 4, DECODER_CHECKS),
+    ("head dim > 16", lambda a: a.config.depth > 16, DECODER_CHECKS),
+    ("4 layers or more", lambda a: a.config.num_layers >= 4, DECODER_CHECKS),
+    ("vocabulary > 64", lambda a: a.config.input_vocab_size > 64, DECODER_CHECKS),
+    ("batch >= 5", lambda a: a.batch >= 5, _ALL_BUT_COLLAPSED_EQ),
+    ("the 5th new token on", lambda a: a.step is not None and a.step >= 4, _GENERATION),
+    ("generation prompts of 17-32 tokens", lambda a: a.prompt is not None and 17 <= a.prompt <= 32, _ALL_BUT_COLLAPSED_EQ[2:]),
 ]
 
 
@@ -152,8 +184,17 @@ def test_decoder_wrong_in_one_region_fails(region, wrong_at, check):
 
 
 def test_decoder_controls_are_wrong_only_there():
-    """Short prompts at batch ≤ 3 (the golden checkpoint: 12 tokens, batch 2) see no difference."""
-    for region, wrong_at, _ in DECODER_REGIONS:
+    """Outside its region a control is the project's decoder: the golden checkpoint (12 tokens,
+    batch 2) passes wherever it lies outside the region."""
+    from plga.conformance import oracle
+
+    gold = oracle.golden_small()
+    assert gold is not None, "the golden checkpoint ships in tests/data"
+    _, config, arrays = gold
+    b, s = arrays["tokens"].shape
+    outside = [(r, w) for r, w, _ in DECODER_REGIONS if not any(w(At(config, b, p)) for p in range(s))]
+    assert len(outside) >= 8, [r for r, _ in outside]
+    for region, wrong_at in outside:
         report = check_kernel(_WrongDecoder(region, wrong_at), checks=["forward_golden"], profile="quick", shrink=False)
         assert report.verdict == "PASS", report.summary()
 

@@ -65,7 +65,7 @@ _ATT = ("attention_unmasked", "attention_causal", "attention_padding", "sentinel
         "attention_trained_g", "attention_mask_dominance")
 _BWD = ("attention_backward",)
 _FWD = ("forward_logits", "forward_collapsed", "forward_golden")
-_CACHE = ("cache_modes", "collapsed_equals_kvg", "gcache_invalidated", "cache_nocache")
+_CACHE = ("cache_modes", "collapsed_equals_kvg", "gcache_invalidated", "state_between_calls", "cache_nocache")
 
 _LIST = [
     # correct alternative algorithms

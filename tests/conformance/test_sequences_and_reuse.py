@@ -1,0 +1,108 @@
+"""Two verdicts a second audit found forged, each with the control showing the old behaviour.
+
+* **One bound per sequence.** A decoder's batch holds independent sequences. At float32 a
+  left-padded sequence is ill-conditioned (the published −1e9 mask rounds its padded queries'
+  scores away), and its baseline error — about 0.9 on the golden checkpoint — once set the
+  bound for every sequence of the batch: a decoder 5 % wrong on the unpadded sequence passed.
+* **One loaded model across calls.** Every call used to get fresh copies of the state dict, so
+  an implementation that keeps a model per state dict (by identity, as a library does) never
+  reused it, and state carried from one call to the next was never seen.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from plga.conformance import Adapter, check_kernel, checks
+from plga.conformance import tolerance as tol
+from plga.conformance.adapter import ForwardOutput
+from plga.conformance.adapters import kernels
+from plga.conformance.broken import BROKEN
+
+
+def test_each_sequence_is_judged_against_its_own_bound():
+    truth = np.zeros((2, 5))
+    baseline = truth.copy()
+    baseline[1] += 1.0  # sequence 1 is ill-conditioned: its rounding costs 1.0
+    kernel = truth.copy()
+    kernel[0] += 0.5  # sequence 0 is wrong by 0.5, where rounding costs nothing
+    pooled = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0)
+    assert pooled.passed, "the negative control: one bound for the batch lets it through"
+    per = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, per_sequence=True)
+    assert not per.passed and per.worst_index[0] == 0 and per.mismatched == 5 and per.total == 10
+    kernel[0] = truth[0]
+    kernel[1] += 0.5  # within sequence 1's own bound
+    assert tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, per_sequence=True).passed
+
+
+class _FirstSequenceScaled(Adapter):
+    """The project's decoder at float32, the logits of batch row 0 × 1.05 in a forward."""
+
+    name = "logits of sequence 0 five percent off"
+    dtypes = ("float32",)
+    capabilities = frozenset({"forward"})
+
+    def __init__(self) -> None:
+        self.inner = kernels()
+        self.version, self.device = self.inner.version, self.inner.device
+
+    def forward(self, state_dict: Any, config: Any, tokens: Any, *, constant_g: Any = None) -> ForwardOutput:
+        out = self.inner.forward(state_dict, config, tokens, constant_g=constant_g)
+        factor = torch.ones(tokens.shape[0], 1, 1, dtype=out.logits.dtype)
+        factor[0] = 1.05
+        return ForwardOutput(out.logits * factor, out.G_LM)
+
+
+def test_golden_float32_catches_an_error_beside_a_left_padded_sequence(monkeypatch):
+    from plga.conformance import oracle
+
+    gold = oracle.golden_small()
+    assert gold is not None, "the golden checkpoint ships in tests/data"
+    assert (gold[2]["tokens"][1:, 0] == 0).any(), "the golden batch holds a left-padded sequence"
+    report = check_kernel(_FirstSequenceScaled(), checks=["forward_golden"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"forward_golden"}, report.summary()
+    assert "(sequence 0)" in report.failures[0].message
+    # negative control: one bound over the whole batch
+    real = tol.compare
+    monkeypatch.setattr(tol, "compare", lambda *a, per_sequence=False, **kw: real(*a, **kw))
+    assert check_kernel(_FirstSequenceScaled(), checks=["forward_golden"], profile="quick", shrink=False).verdict == "PASS"
+
+
+def test_a_model_kept_loaded_between_calls_is_exercised(monkeypatch):
+    leak = BROKEN["loaded_model_leak"]
+    report = check_kernel(leak.make(), checks=["state_between_calls"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"state_between_calls"}, report.summary()
+    # negative control: fresh copies at every call (the old guard) never reuse the model
+    monkeypatch.setattr(checks, "Held", lambda value: value)
+    assert check_kernel(leak.make(), checks=["state_between_calls"], profile="quick", shrink=False).verdict == "PASS"
+
+
+def test_a_held_argument_is_one_copy_checked_after_every_call():
+    """The same copy reaches every call; modifying it is still a failure of the call, and the
+    original is never touched."""
+    from plga.conformance.guard import Held, InputMutated, call_operation
+
+    seen: list[int] = []
+    state = {"w": torch.ones(3)}
+    held = Held(state)
+    tokens = torch.zeros(1, 1, dtype=torch.long)
+
+    def fn(state_dict: Any, config: Any, tokens: Any, **kw: Any) -> Any:
+        seen.append(id(state_dict))
+        return ForwardOutput(torch.zeros(1, 1, 2), None)
+
+    for _ in range(2):
+        call_operation("forward", fn, held, None, tokens)
+    assert seen[0] == seen[1] == id(held.copy) and held.copy is not state
+
+    def mutate(state_dict: Any, config: Any, tokens: Any, **kw: Any) -> Any:
+        state_dict["w"].add_(1)
+        return ForwardOutput(torch.zeros(1, 1, 2), None)
+
+    with pytest.raises(InputMutated, match="state_dict"):
+        call_operation("forward", mutate, held, None, tokens)
+    assert torch.equal(state["w"], torch.ones(3))
