@@ -6,6 +6,7 @@ import torch
 from torch import Tensor
 
 from ..errors import NonFiniteError
+from ..reference.spec import POWER_OVERFLOW_HINT
 
 #: The deductive tensors of a layer, flagged per (batch, head).
 DEDUCTIVE = ("A", "A_LM", "A_P", "G_LM")
@@ -42,7 +43,7 @@ class FiniteGuard:
         layer, name, flags = entries[int(any_bad.nonzero()[0, 0])]
         idx = sorted({int(i) for i in flags.nonzero()[:, 1].tolist()})
         if name in DEDUCTIVE:
-            hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
+            hint = POWER_OVERFLOW_HINT if name in ("A_P", "G_LM") else ""
             raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {idx}{hint}")
         raise NonFiniteError(
             f"layer {layer}: {name} is not finite at positions {idx} (activations overflowed or the weights are not finite)"

@@ -125,7 +125,7 @@ def check_finite(name: str, tensor: Array, layer: int) -> None:
     bad = ~np.isfinite(tensor)
     if bad.any():
         heads = sorted({int(h) for h in np.argwhere(bad)[:, 1]}) if tensor.ndim >= 2 else []
-        hint = " (A_LM ** P overflowed: tiny A_LM with large negative exponents)" if name in ("A_P", "G_LM") else ""
+        hint = spec.POWER_OVERFLOW_HINT if name in ("A_P", "G_LM") else ""
         raise NonFiniteError(f"layer {layer}: {name} is not finite in heads {heads}{hint}")
 
 

@@ -27,6 +27,10 @@ EPSILON_ADJ = 1e-9
 LAYER_NORM_EPS = 1e-6
 #: The upstream additive mask value (docs/spec.md §1.8).
 MASK_FILL = -1e9
+#: What a non-finite A_P or G_LM means, in the reference's and the kernels' one message: the
+#: Hadamard power A_LM ** P overflowed (A_LM below 1 with a large negative exponent, or above 1
+#: with a large positive one).
+POWER_OVERFLOW_HINT = " (A_LM ** P overflowed: A_LM < 1 with a large negative exponent, or A_LM > 1 with a large positive one)"
 
 GluParams = tuple[Array, Array, Array, Array, Array, Array]
 
@@ -429,6 +433,6 @@ LEAN_NAMES: dict[str, Callable[..., Any]] = {
 }
 
 __all__ = [f.__name__ for f in LEAN_NAMES.values()] + [
-    "LEAN_NAMES", "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "attention_support", "causal_support",
+    "LEAN_NAMES", "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "POWER_OVERFLOW_HINT", "attention_support", "causal_support",
 ]
 
