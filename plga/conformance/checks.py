@@ -646,24 +646,33 @@ class DecoderCase:
     tokens: np.ndarray
     new_tokens: int = 0
     label: str = "drawn"
+    q_scale: float = 1.0  # the query projections' scale (oracle.random_state_dict)
 
     def regions(self) -> dict[str, str]:
         n = self.new_tokens
         return {**sh.config_regions(self.config), **sh.token_regions(self.tokens),
-                "new tokens": "0" if n == 0 else "1" if n == 1 else "several"}
+                "new tokens": "0" if n == 0 else "1" if n == 1 else "several",
+                "Gram LayerNorm": "variance near its ε" if self.q_scale != 1.0 else "variance far above its ε"}
+
+    def state(self, ctx: Context) -> dict[str, Any]:
+        """The case's seeded weights in the check's dtype, on its device."""
+        return _state(oracle.random_state_dict(self.config, self.seed, self.q_scale), ctx.torch_dtype, ctx.device)
 
     def note(self) -> str:
         c = self.config
         return (f"case ({self.label}): config layers={c.num_layers} heads={c.num_heads} depth={c.depth} dff={c.dff} "
                 f"A_dff={c.A_dff} num_reslayerA={c.num_reslayerA} num_denseA={c.num_denseA} vocab={c.input_vocab_size} "
                 f"rope_style={c.rope_style} rope_base={c.rope_base:g} max_seq_len={c.max_seq_len}; weights seed {self.seed}; "
-                f"tokens {self.tokens.tolist()}; {self.new_tokens} new tokens")
+                f"tokens {self.tokens.tolist()}; {self.new_tokens} new tokens"
+                + (f"; query projections × {self.q_scale:g}" if self.q_scale != 1.0 else ""))
 
 
 def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False) -> list[DecoderCase]:
     """One explicit case per boundary configuration, then :data:`~.strategies.BOUNDARY_DECODER_EXTRA`
     (a 40-token prompt; a batch of 4 padded rows — on the left at float64, where left padding
-    can be judged, else on the right); generation cases decode 0, 1 or several tokens."""
+    can be judged, else on the right; a batch of 5; a 260-token prompt), then one case whose
+    Gram rows have a variance near the LayerNorm ε (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`);
+    generation cases decode 0 to 6 tokens."""
     out = []
     configs = sh.boundary_configs()
     for i, config in enumerate(configs):
@@ -676,6 +685,11 @@ def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = Fals
         tokens = sh.padded_tokens(config.input_vocab_size, ctx.seed + j, batch=batch, length=max(length, min_len),
                                   left_padding=ctx.mp)
         out.append(DecoderCase(config, (ctx.seed * 7919 + j) % 2**31, tokens, new if generation else 0, label=f"boundary #{j}"))
+    # the metric learner's LayerNorm where its ε counts: rows of the Gram with variance ~1e-6
+    j, config = len(out), configs[1]
+    tokens = sh.padded_tokens(config.input_vocab_size, ctx.seed + j, batch=2, length=max(7, min_len), left_padding=False)
+    out.append(DecoderCase(config, (ctx.seed * 7919 + j) % 2**31, tokens, 2 if generation else 0, label=f"boundary #{j}",
+                           q_scale=sh.NEAR_EPSILON_Q_SCALE))
     return out
 
 
@@ -762,7 +776,7 @@ def check_forward_logits(ctx: Context) -> None:
     """Decoder logits over varied configurations and seeded weights match the reference (padding either side)."""
 
     def body(c: DecoderCase) -> None:
-        state = _state(oracle.random_state_dict(c.config, c.seed), ctx.torch_dtype, ctx.device)
+        state = c.state(ctx)
         _forward_compare(ctx, state, c.config, c.tokens, what="decoder logits", note=c.note() + "\n")
 
     run_property(ctx, _decoder_cases(left_padding=ctx.mp), body, factor=0.5, boundary=_decoder_boundary(ctx))
@@ -789,7 +803,7 @@ def check_forward_collapsed(ctx: Context) -> None:
         _assume(c.tokens.shape[1] >= 2)  # position 0 has R(0) = I: G before/after RoPE agree there
         rng = np.random.default_rng(c.seed)
         family = ("random", "sentinel", "ill_conditioned")[c.seed % 3]
-        state = _state(oracle.random_state_dict(c.config, c.seed), ctx.torch_dtype, ctx.device)
+        state = c.state(ctx)
         gs = [torch.from_numpy(sh.make_g(family, (c.config.num_heads,), c.config.depth, rng)).to(device=ctx.device, dtype=ctx.torch_dtype)
               for _ in range(c.config.num_layers)]
         _forward_compare(ctx, state, c.config, c.tokens, constant_g=gs, what=f"collapsed decoder logits (constant {family} G)",
@@ -845,7 +859,7 @@ def _generation_compare(ctx: Context, got: Any, truth: Any, baselines: Sequence[
 
 def _generation_check(ctx: Context, body: Callable[[DecoderCase, dict[str, Any]], None]) -> None:
     def run(c: DecoderCase) -> None:
-        body(c, _state(oracle.random_state_dict(c.config, c.seed), ctx.torch_dtype, ctx.device))
+        body(c, c.state(ctx))
 
     run_property(ctx, _decoder_cases(left_padding=ctx.mp, generation=True), run, factor=0.5,
                  boundary=_decoder_boundary(ctx, min_len=2, generation=True))

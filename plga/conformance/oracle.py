@@ -141,12 +141,17 @@ def random_layer_weights(d: int, a_dff: int, num_units: int, num_dense: int, hea
     }
 
 
-def random_state_dict(config: Any, seed: int) -> dict[str, np.ndarray]:
+def random_state_dict(config: Any, seed: int, q_scale: float = 1.0) -> dict[str, np.ndarray]:
     """A float32 upstream-named state dict for ``config`` with well-scaled random weights.
 
     The power stage is kept well-conditioned (u = W A + b ≈ 3 ± 0.5, |P| ~ 0.15) so decoder-level
     checks measure the decoder; the near-floor regime of A_LM^P, where rounding is amplified
     by max|P|/A_LM, is exercised by the operator-chain check and the trained G_LM.
+    ``q_scale`` multiplies every layer's query projection (weight and bias): the Gram D = Q̃ᵀQ̃
+    scales by its square and the variance of D's rows, which the metric learner's LayerNorm
+    divides by √(var + ε), by its fourth power — 0.02 brings it to ~1e-6, where ε counts. G_LM's
+    parameters a and b_a are divided by it, so that the scores (q G) kᵀ, and with them G's
+    effect on the logits, keep their usual size.
     """
     from ..reference.checkpoint import expected_shapes
 
@@ -169,6 +174,10 @@ def random_state_dict(config: Any, seed: int) -> dict[str, np.ndarray]:
             x = rng.standard_normal(shape)
         else:  # weight matrices [out, in] and W, a [H, d, d]: fan-in scaling
             x = rng.standard_normal(shape) / np.sqrt(shape[-1])
+        if key.endswith(("mha1.wq.weight", "mha1.wq.bias")):
+            x = q_scale * x
+        elif key.endswith(("alst", "balst")):  # G_LM = a A_P + b_a grows as q shrinks: q G keeps its size
+            x = x / q_scale
         out[key] = np.ascontiguousarray(x, dtype=np.float32)
     return out
 

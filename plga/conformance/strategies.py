@@ -429,6 +429,12 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = ((1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3))
 
 
+#: The query-projection scale of the decoder boundary case whose Gram rows have a variance of
+#: ~1e-6, where the metric learner's LayerNorm ε (1e-6) counts (a kernel with torch's default
+#: 1e-5 is off by a factor ~2 there, at every dtype).
+NEAR_EPSILON_Q_SCALE = 0.02
+
+
 def padded_tokens(vocab: int, seed: int, *, batch: int, length: int, left_padding: bool) -> np.ndarray:
     """[batch, length] token ids: row 0 unpadded, row i padded by i·length/(batch+1) ids (0) on
     the left when ``left_padding``, else on the right, so every row keeps a real token and the
@@ -472,6 +478,7 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 __all__ = [
     "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "G_FAMILIES", "MAX_ABS_SCORE",
+    "NEAR_EPSILON_Q_SCALE",
     "PADDINGS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
     "boundary_attention_cases", "boundary_chain_cases", "boundary_configs", "boundary_tokens", "chain_cases",
     "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "scale_region",

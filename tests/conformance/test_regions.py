@@ -225,3 +225,50 @@ def test_boundary_shapes_reach_the_regions():
     extra = sh.BOUNDARY_DECODER_EXTRA  # (config index, batch, prompt length, new tokens)
     assert any(length > 16 for _, _, length, _ in extra) and any(b >= 4 for _, b, _, _ in extra)
     assert all(length + n <= sh.boundary_configs()[i].max_seq_len for i, _, length, n in extra)
+
+
+class _EpsOutsideTheRoot(Adapter):
+    """The project's decoder at float32 with the Gram's LayerNorm computing (x − μ)/(√var + ε)
+    instead of (x − μ)/√(var + ε), and no G_LM returned (the protocol allows it): the logits
+    alone are judged. Far from ε the two agree to ~1e-7; near it they differ by tens of percent."""
+
+    name = "Gram LayerNorm with ε outside the square root"
+    dtypes = ("float32",)
+
+    def __init__(self) -> None:
+        self.inner = kernels()
+        self.capabilities = self.inner.capabilities & {"forward"}
+        self.version, self.device = self.inner.version, self.inner.device
+
+    def forward(self, state_dict: Any, config: Any, tokens: Any, *, constant_g: Any = None) -> ForwardOutput:
+        import torch.nn.functional as F
+
+        from plga.kernels import functional as KF
+
+        real = KF.metric_learner
+
+        def eps_outside(density: Any, ln_weight: Any, ln_bias: Any, units: Any) -> Any:
+            mu, var = density.mean(-1, keepdim=True), density.var(-1, unbiased=False, keepdim=True)
+            a = (density - mu) / (var.sqrt() + KF.LAYER_NORM_EPS) * ln_weight + ln_bias
+            for blocks, gamma, beta in units:
+                y = a
+                for block in blocks:
+                    y = KF.swiglu(y, *block)
+                a = F.layer_norm(y + a, (a.shape[-1],), gamma, beta, KF.LAYER_NORM_EPS)
+            return a
+
+        KF.metric_learner = eps_outside
+        try:
+            out = self.inner.forward(state_dict, config, tokens, constant_g=constant_g)
+        finally:
+            KF.metric_learner = real
+        return ForwardOutput(out.logits, None)
+
+
+def test_the_gram_layernorm_is_judged_near_its_epsilon(monkeypatch):
+    report = check_kernel(_EpsOutsideTheRoot(), checks=["forward_logits"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"forward_logits"}, report.summary()
+    assert "query projections × 0.02" in report.failures[0].message, "caught by the near-ε case"
+    # negative control: the same case at the usual query scale (Gram rows' variance ~10)
+    monkeypatch.setattr(sh, "NEAR_EPSILON_Q_SCALE", 1.0)
+    assert check_kernel(_EpsOutsideTheRoot(), checks=["forward_logits"], profile="quick", shrink=False).verdict == "PASS"
