@@ -115,11 +115,11 @@ def plga_attention(
     elif order == "reordered":
         gk = kt if G is None else G @ kt  # [B, H, d, T]
         x = (q * scale) @ gk
-    elif order == "split_scale":
-        r = math.sqrt(scale)
-        x = (qg * r) @ (kt * r)
+    elif order == "split_scale":  # √|scale| on each side (the sign on the keys)
+        r = math.sqrt(abs(scale))
+        x = (qg * r) @ (kt * (r if scale >= 0 else -r))
     else:  # log_softmax
-        x = (qg @ kt) / (1.0 / scale)
+        x = (qg @ kt) / (1.0 / scale) if scale != 0 else (qg @ kt) * 0.0
     allowed = attention_support(q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device)
     if order == "log_softmax" and not (allowed is not None and not finite_mask):
         if allowed is not None:  # finite mask

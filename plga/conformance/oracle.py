@@ -123,8 +123,12 @@ def truth_generate(state: Mapping[str, Any], config: Any, prompt: Any, n: int, m
 
 
 def random_layer_weights(d: int, a_dff: int, num_units: int, num_dense: int, heads: int, seed: int,
-                         p_scale: float = 0.3, ba_scale: float = 0.5) -> dict[str, Any]:
-    """Chain weights (float64 numpy) with every parameter non-trivial (b_a ≠ 0, P of both signs)."""
+                         p_scale: float = 0.3, ba_scale: float = 0.5, b_shift: float = 0.0) -> dict[str, Any]:
+    """Chain weights (float64 numpy) with every parameter non-trivial (b_a ≠ 0, P of both signs).
+
+    ``b_shift`` moves the power stage's bias b: at −27, u = W A + b lies near −27, where
+    iSwiGLU(u) = u² σ(u) ≈ 1e-9 and the floor ε = 1e-9 of A_LM carries about half of it.
+    """
     rng = np.random.default_rng(seed)
     n = lambda *shape, s=1.0: rng.standard_normal(shape) * s  # noqa: E731
     units = []
@@ -136,7 +140,7 @@ def random_layer_weights(d: int, a_dff: int, num_units: int, num_dense: int, hea
         units.append((blocks, 1.0 + n(d, s=0.1), n(d, s=0.1)))
     return {
         "ln_weight": 1.0 + n(d, s=0.1), "ln_bias": n(d, s=0.1), "units": units,
-        "W": n(heads, d, d, s=d**-0.5), "b": n(heads, d, d, s=0.1), "P": n(heads, d, d, s=p_scale),
+        "W": n(heads, d, d, s=d**-0.5), "b": n(heads, d, d, s=0.1) + b_shift, "P": n(heads, d, d, s=p_scale),
         "a": n(heads, d, d, s=d**-0.5), "b_a": n(heads, d, d, s=ba_scale),
     }
 

@@ -119,6 +119,8 @@ def size_region(n: int) -> str:
 def scale_region(scale: float | None) -> str:
     if scale is None:
         return "None (1/√d)"
+    if scale <= 0:
+        return "zero" if scale == 0 else "negative"
     return "tiny (<0.01)" if scale < 0.01 else "large (>1)" if scale > 1 else "given (0.01–1)"
 
 
@@ -221,7 +223,8 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: heads at a prefill length (160 queries: two 128-row blocks, the size where bfloat16 kernels
 #: on the CPU leave the flash kernel for query blocks); then head counts that are multiples of
 #: 8 (8, 16: head chunks with no tail), keys inside 33–64 (40, 48: one partial 64-key block),
-#: batch 4, d = 32 with S ≠ T, and head dims past 128 (160, 256: wider than a 128-wide tile).
+#: batch 4, d = 32 with S ≠ T, and head dims past 128 (160, 256: wider than a 128-wide tile);
+#: last, a scale of 0 (uniform weights: ``scale or 1/√d`` takes it for None) and a negative one.
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -239,6 +242,8 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (2, 16, 24, 40, 8, 8, "sentinel", True, 0.25),
     (1, 2, 5, 9, 160, 160, "rank_one", False, 0.05),
     (2, 3, 4, 4, 256, 256, "random", True, None),
+    (1, 2, 3, 6, 8, 8, "random", False, 0.0),
+    (2, 2, 4, 9, 8, 8, "random", True, -0.5),
 )
 
 
@@ -289,7 +294,7 @@ def attention_cases(
     family = draw(st.sampled_from(fams), label="G family")
     g_batched = family != "none" and draw(st.booleans(), label="G per batch [B,H,d,d]")
     pad = draw(st.sampled_from(padding), label="padding")
-    scale = draw(st.one_of(st.none(), st.floats(0.0625, 1.0, width=32), st.sampled_from([1e-3, 2.0])), label="scale")
+    scale = draw(st.one_of(st.none(), st.floats(0.0625, 1.0, width=32), st.sampled_from([1e-3, 2.0, 0.0, -0.5])), label="scale")
     seed = draw(st.integers(0, 2**32 - 1), label="values seed")
     return AttentionCase(b, h, s, t, d, dv, family, g_batched, is_causal, pad, scale, seed)
 
@@ -308,27 +313,39 @@ class ChainCase:
     q_scale: float
     seed: int
     label: str = "drawn"
+    b_shift: float = 0.0  # the power stage's bias b moved by this (oracle.random_layer_weights)
 
     def arrays(self) -> tuple[np.ndarray, dict[str, Any]]:
         rng = np.random.default_rng(self.seed)
         q = rng.standard_normal((self.b, self.h, self.s, self.d)) * self.q_scale
-        w = oracle.random_layer_weights(self.d, self.a_dff, self.units, self.dense, self.h, self.seed + 1)
+        w = oracle.random_layer_weights(self.d, self.a_dff, self.units, self.dense, self.h, self.seed + 1, b_shift=self.b_shift)
         return q, w
 
     def regions(self) -> dict[str, str]:
         return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
                 "d": size_region(self.d), "num_reslayerA": str(self.units), "num_denseA": str(self.dense),
-                "q scale": str(self.q_scale)}
+                "q scale": str(self.q_scale), "A_LM": "at its 1e-9 floor" if self.b_shift else "far above its floor"}
 
     def describe(self) -> str:
         return (f"case ({self.label}): B={self.b} H={self.h} S={self.s} d={self.d} A_dff={self.a_dff} units={self.units} "
-                f"dense={self.dense} q_scale={self.q_scale} seed={self.seed}")
+                f"dense={self.dense} q_scale={self.q_scale} seed={self.seed}"
+                + (f"; power-stage bias b shifted by {self.b_shift:g} (A_LM near its 1e-9 floor)" if self.b_shift else ""))
+
+
+#: The power-stage bias shift of the chain boundary case at the floor of A_LM: u = W A + b ≈ −27,
+#: iSwiGLU(u) ≈ 1e-9, so the floor ε = 1e-9 is about half of A_LM (a kernel without it is off by
+#: ~2^|P| there; in the other cases ε is below float32's resolution of A_LM).
+FLOOR_B_SHIFT = -27.0
 
 
 def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
-    """Explicit chain cases: one query row, 3 units × 3 blocks, d = 2 … 16, odd A_dff, 5 heads."""
+    """Explicit chain cases: one query row, 3 units × 3 blocks, d = 2 … 16, odd A_dff, 5 heads;
+    and one with A_LM at its 1e-9 floor (:data:`FLOOR_B_SHIFT`)."""
     shapes = [(1, 1, 1, 2, 1, 1, 1, 1.0), (2, 3, 5, 4, 3, 3, 3, 0.1), (1, 5, 9, 8, 7, 2, 1, 3.0), (2, 2, 17, 16, 5, 1, 3, 1.0)]
-    return [ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}") for i, shape in enumerate(shapes)]
+    out = [ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}") for i, shape in enumerate(shapes)]
+    i = len(out)
+    out.append(ChainCase(1, 2, 5, 8, 6, 1, 1, 1.0, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}", b_shift=FLOOR_B_SHIFT))
+    return out
 
 
 @st.composite
@@ -477,9 +494,8 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 
 __all__ = [
-    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "G_FAMILIES", "MAX_ABS_SCORE",
-    "NEAR_EPSILON_Q_SCALE",
-    "PADDINGS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
+    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "FLOOR_B_SHIFT", "G_FAMILIES",
+    "MAX_ABS_SCORE", "NEAR_EPSILON_Q_SCALE", "PADDINGS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
     "boundary_attention_cases", "boundary_chain_cases", "boundary_configs", "boundary_tokens", "chain_cases",
     "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "scale_region",
     "sentinel_g", "size_region", "token_batches", "token_regions",

@@ -58,13 +58,17 @@ def verify_main(args: argparse.Namespace) -> int:
     if not any(r["passed"] for r in conf):
         rows.append({"check": "conformance", "ok": False, "seconds": sum(r["seconds"] for r in conf),
                      "detail": f"{adapter.name}: nothing verified — no check ran (declare capabilities)"})
-    for row in conf:
-        rows.append({"check": f"conformance: {row['group']}", "ok": row["failed"] == 0,
+    for row in conf:  # a group where nothing ran (undeclared) is skipped, never a pass
+        ran = row["passed"] + row["failed"] > 0
+        rows.append({"check": f"conformance: {row['group']}", "ok": row["failed"] == 0 if ran else None,
                      "seconds": row["seconds"],
                      "detail": f"{row['implementation']}: {row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
                                + (f"; failed: {', '.join(row['failures'][:3])}" if row["failures"] else "")})
-    ok = all(r["ok"] for r in rows)
-    verdict = f"plga verify: {'PASS' if ok else 'FAIL'} ({sum(r['ok'] for r in rows)}/{len(rows)} checks)"
+    judged = [r for r in rows if r["ok"] is not None]
+    ok = all(r["ok"] for r in judged)
+    skipped = len(rows) - len(judged)
+    verdict = (f"plga verify: {'PASS' if ok else 'FAIL'} ({sum(bool(r['ok']) for r in judged)}/{len(judged)} checks"
+               + (f"; {skipped} skipped: nothing ran" if skipped else "") + ")")
     if args.json:
         print(json.dumps({"ok": ok, "rows": rows}, indent=2))
     else:
@@ -72,7 +76,8 @@ def verify_main(args: argparse.Namespace) -> int:
         width = max(len(r["check"]) for r in rows)
         print(f"{'check':<{width}}  result  seconds  detail")
         for r in rows:
-            print(f"{r['check']:<{width}}  {'PASS' if r['ok'] else 'FAIL':<6}  {r['seconds']:7.1f}  {r['detail']}")
+            status = "SKIP" if r["ok"] is None else "PASS" if r["ok"] else "FAIL"
+            print(f"{r['check']:<{width}}  {status:<6}  {r['seconds']:7.1f}  {r['detail']}")
         print(verdict)
     return 0 if ok else 1
 

@@ -246,3 +246,28 @@ def test_verify_counts_nothing_verified_as_a_failure(kernel_dir, monkeypatch, ca
     assert verify_main(parser.parse_args(["--impl", "mykern:nothing", "--json"])) == 1
     rows = {r["check"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
     assert rows["conformance"]["ok"] is False and "nothing verified" in rows["conformance"]["detail"]
+
+
+def test_verify_shows_a_group_where_nothing_ran_as_skipped(monkeypatch, capsys):
+    """An attention-only kernel: its chain group ran nothing, which is a SKIP row, never a PASS
+    (negative control: before, a row passed whenever nothing had failed)."""
+    import argparse
+
+    import plga.proofs_bridge as pb
+    from plga.conformance.verify import add_verify_arguments, verify_main
+
+    monkeypatch.setattr(pb, "run_all", lambda max_examples: [])
+    monkeypatch.setattr(pb, "summary", lambda results: {"passed": 1, "theorems": 1, "derived": 1, "proved_symbolically": 0,
+                                                       "algebraic_identities": 0})
+    rows = [{"group": "attention", "implementation": "k", "passed": 5, "failed": 0, "skipped": 0, "seconds": 1.0, "failures": []},
+            {"group": "chain", "implementation": "k", "passed": 0, "failed": 0, "skipped": 1, "seconds": 0.0, "failures": []}]
+    from plga.conformance import runner
+
+    monkeypatch.setattr(runner, "quick_summary", lambda adapter, seed=None, check_timeout=None: rows)
+    parser = argparse.ArgumentParser()
+    add_verify_arguments(parser)
+    assert verify_main(parser.parse_args([])) == 0
+    out = capsys.readouterr().out.splitlines()
+    chain = next(line for line in out if line.startswith("conformance: chain"))
+    assert " SKIP " in chain and " PASS " not in chain
+    assert out[0].startswith("plga verify: PASS") and "1 skipped: nothing ran" in out[0]

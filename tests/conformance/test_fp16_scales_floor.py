@@ -1,0 +1,138 @@
+"""Verdicts a third audit found wrong, each test beside the control that shows the old behaviour.
+
+* **False FAIL of correct float16 kernels** under the finite −1e9 mask: −1e9 overflows
+  float16, every eager float16 baseline was NaN on the fully masked rows and dropped, and the
+  bound fell to the floor; a kernel that computes in float32 and rounds once (as the spec
+  allows) failed. The baselines now include that upcast order.
+* **float16 gradients were never checked** (``attention_backward`` ran at float32 and bfloat16).
+* **Scales of 0 and below were never drawn**: ``scale or 1/√d`` (0 taken for None) and
+  ``abs(scale)`` passed.
+* **The chain's 1e-9 floor was judged by chance**: no chain case drove A_LM to it, so a
+  float32 chain without it passed at some seeds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from plga.conformance import Adapter, check_kernel, checks
+from plga.conformance import eager as eg
+from plga.conformance import strategies as sh
+from plga.kernels import functional as KF
+from plga.kernels import plga_attention
+from plga.reference.spec import EPSILON_ADJ, LAYER_NORM_EPS
+
+ATTENTION = ("attention", "causal", "key_padding_mask")
+
+
+def _declare(fn: Any, dtypes: tuple[str, ...], caps: tuple[str, ...]) -> Any:
+    fn.plga_dtypes, fn.plga_capabilities = dtypes, frozenset(caps)
+    return fn
+
+
+def upcast_float16(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                   scale: float | None = None, finite_mask: bool = False) -> Any:
+    """Correct: the published mathematics in float32 (−1e9 included), rounded once to float16."""
+    out = eg.plga_attention(q.float(), k.float(), v.float(), None if G is None else G.float(), causal=causal,
+                            key_padding_mask=key_padding_mask, scale=scale, finite_mask=finite_mask)
+    return out.to(q.dtype)
+
+
+_declare(upcast_float16, ("float16",), (*ATTENTION, "finite_mask"))
+
+
+def test_a_correct_float16_kernel_passes_the_finite_mask(monkeypatch):
+    report = check_kernel(upcast_float16, checks=["attention_finite_mask"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()
+    # negative control: without the upcast baseline, the float16 baselines measure nothing on the
+    # fully masked rows, and the correct kernel fails
+    real = checks._baselines
+    monkeypatch.setattr(checks, "_baselines", lambda t, **kw: real(t, **kw)[: len(eg.ATTENTION_ORDERS)])
+    assert check_kernel(upcast_float16, checks=["attention_finite_mask"], profile="quick", shrink=False).verdict == "FAIL"
+
+
+class _DoubledGrad(torch.autograd.Function):
+    @staticmethod
+    def forward(ctx: Any, x: Any) -> Any:
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        return grad * 2
+
+
+def float16_dq_doubled(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                       scale: float | None = None) -> Any:
+    """The project's attention, its gradient in q doubled."""
+    return plga_attention(_DoubledGrad.apply(q), k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+
+
+_declare(float16_dq_doubled, ("float16",), (*ATTENTION, "backward"))
+
+
+def test_float16_gradients_are_checked(monkeypatch):
+    report = check_kernel(float16_dq_doubled, checks=["attention_backward"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"attention_backward"}, report.summary()
+    # negative control: registered for float32 and bfloat16 only, as before, nothing judges it
+    old = dataclasses.replace(checks.CHECKS["attention_backward"], dtypes=("float32", "bfloat16"))
+    monkeypatch.setitem(checks.CHECKS, "attention_backward", old)
+    report = check_kernel(float16_dq_doubled, checks=["attention_backward"], profile="quick", shrink=False)
+    assert report.counts()["failed"] == 0 and report.counts()["passed"] == 0, report.summary()
+
+
+def scale_zero_taken_for_none(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                              scale: float | None = None) -> Any:
+    return plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale or 1 / math.sqrt(q.shape[-1]))
+
+
+def scale_sign_lost(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                    scale: float | None = None) -> Any:
+    return plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=None if scale is None else abs(scale))
+
+
+def test_scales_of_zero_and_below_are_judged():
+    for wrong in (scale_zero_taken_for_none, scale_sign_lost):
+        report = check_kernel(wrong, checks=["attention_unmasked"], dtypes=["float32"], profile="quick", shrink=False)
+        assert report.verdict == "FAIL", report.summary()
+    report = check_kernel(plga_attention, checks=["attention_unmasked"], dtypes=["float32"], profile="quick")
+    assert {"zero", "negative"} <= set(report.coverage()["attention"]["scale"])
+    assert sh.scale_region(0.0) == "zero" and sh.scale_region(-0.5) == "negative"
+
+
+class _ChainWithoutFloor(Adapter):
+    """The operator chain in float32 with A_LM = iSwiGLU(W A + b), the 1e-9 floor dropped."""
+
+    name = "operator chain without the 1e-9 floor"
+    dtypes = ("float32",)
+    capabilities = frozenset({"operator_chain"})
+
+    def operator_chain(self, q_rot: Any, w: Any) -> Any:
+        cast = lambda t: t.to(torch.float32)  # noqa: E731
+        q = q_rot.to(torch.float32)
+        density = q.transpose(-1, -2) @ q
+        d = density.shape[-1]
+        a = F.layer_norm(density, (d,), cast(w["ln_weight"]), cast(w["ln_bias"]), LAYER_NORM_EPS)
+        for blocks, gamma, beta in w["units"]:
+            y = a
+            for block in blocks:
+                y = KF.swiglu(y, *map(cast, block))
+            a = F.layer_norm(y + a, (d,), cast(gamma), cast(beta), LAYER_NORM_EPS)
+        W, b, P, aa, ba = (cast(w[k]) for k in ("W", "b", "P", "a", "b_a"))
+        a_lm = KF.iswiglu(W @ a + b)  # + EPSILON_ADJ dropped
+        a_p = torch.pow(a_lm, P)
+        return a, a_lm, a_p, aa @ a_p + ba
+
+
+def test_the_floor_of_a_lm_is_judged_at_every_seed(monkeypatch):
+    assert EPSILON_ADJ == 1e-9
+    for seed in (1, 2, 5, 7):  # the seeds at which it passed before
+        report = check_kernel(_ChainWithoutFloor(), checks=["operator_chain"], profile="quick", seed=seed, shrink=False)
+        assert report.verdict == "FAIL", f"seed {seed}:\n{report.summary()}"
+    # negative control: the floor case at the usual bias passes it at seed 1
+    monkeypatch.setattr(sh, "FLOOR_B_SHIFT", 0.0)
+    assert check_kernel(_ChainWithoutFloor(), checks=["operator_chain"], profile="quick", seed=1, shrink=False).verdict == "PASS"
