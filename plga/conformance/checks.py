@@ -29,7 +29,6 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 from ..datafiles import GOLDEN_CHECKPOINT, TRAINED_G_LM, missing_reason
-from ..reference.spec import causal_support
 from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
@@ -530,17 +529,20 @@ def check_sdpa_identity(ctx: Context) -> None:
     def body(c: sh.AttentionCase) -> None:
         t = c.tensors(ctx.dtype, ctx.device)
         eye = torch.eye(c.d, dtype=t["q"].dtype, device=t["q"].device).expand(c.h, c.d, c.d)
-        kw = dict(causal=c.causal, key_padding_mask=None, scale=c.scale)
+        pad = t["key_padding_mask"]
+        kw = dict(causal=c.causal, key_padding_mask=pad, scale=c.scale)
         out_i = _call(ctx, "attention", t["q"], t["k"], t["v"], eye, **kw)
         out_none = _call(ctx, "attention", t["q"], t["k"], t["v"], None, **kw)
-        if c.causal and c.s == c.t:
+        allowed = oracle.support_np(c.b, c.s, c.t, causal=c.causal, key_padding_mask=pad)  # [B or 1, 1, S, T] or None
+        if pad is None and c.causal and c.s == c.t:
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True, scale=c.scale)
-        elif c.causal:
-            mask = torch.from_numpy(causal_support(c.s, c.t)).to(t["q"].device)[None, None]
+        elif allowed is not None:  # SDPA's boolean mask: True = may attend
+            mask = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(allowed, (c.b, 1, c.s, c.t)))).to(t["q"].device)
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mask, scale=c.scale)
         else:
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], scale=c.scale)
-        if bitwise:
+        # rows with no allowed key are 0 by the ideal-mask convention, NaN in SDPA: not bitwise comparable
+        if bitwise and (allowed is None or np.asarray(allowed).any(axis=-1).all()):
             assert_bitwise_equal(out_i, ref, what="PLGA at G = I vs torch SDPA on the same q", note=c.describe())
             assert_bitwise_equal(out_none, ref, what="PLGA at G = None vs torch SDPA on the same q", note=c.describe())
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], None, mp=ctx.mp and c.small, **kw)
@@ -550,8 +552,9 @@ def check_sdpa_identity(ctx: Context) -> None:
         assert_conforms(out_none, base, truth, dtype=ctx.dtype, what="PLGA at G = None vs SDPA ground truth", note=c.describe(),
                         magnitude=mag)
 
-    run_property(ctx, sh.attention_cases(causal=None, padding=("none",), families=("identity",)), body,
-                 boundary=sh.boundary_attention_cases(causal=None, paddings=("none",), families=("identity",), seed=ctx.seed))
+    paddings = ("none", "right", "left", "random")
+    run_property(ctx, sh.attention_cases(causal=None, padding=paddings, families=("identity",)), body,
+                 boundary=sh.boundary_attention_cases(causal=None, paddings=paddings, families=("identity",), seed=ctx.seed))
 
 
 #: Storage orders of the strided inputs (a permutation of the dims; the view permutes back):

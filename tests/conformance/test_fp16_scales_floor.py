@@ -136,3 +136,26 @@ def test_the_floor_of_a_lm_is_judged_at_every_seed(monkeypatch):
     # negative control: the floor case at the usual bias passes it at seed 1
     monkeypatch.setattr(sh, "FLOOR_B_SHIFT", 0.0)
     assert check_kernel(_ChainWithoutFloor(), checks=["operator_chain"], profile="quick", seed=1, shrink=False).verdict == "PASS"
+
+
+def sdpa_bitwise_without_padding_only(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                                      scale: float | None = None) -> Any:
+    """Claims ``sdpa_bitwise``: torch SDPA at G = I without a padding mask, its own order with one."""
+    if key_padding_mask is None and (G is None or bool((G == torch.eye(q.shape[-1], dtype=G.dtype)).all())):
+        return plga_attention(q, k, v, None, causal=causal, scale=scale)
+    return eg.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale, order="reordered")
+
+
+_declare(sdpa_bitwise_without_padding_only, ("float64", "float32"), (*ATTENTION, "sdpa_bitwise"))
+
+
+def test_the_bitwise_sdpa_claim_is_checked_with_padding(monkeypatch):
+    report = check_kernel(sdpa_bitwise_without_padding_only, checks=["sdpa_identity"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"sdpa_identity"}, report.summary()
+    assert "not bit-for-bit equal" in report.failures[0].message
+    assert check_kernel(plga_attention, checks=["sdpa_identity"], profile="quick").verdict == "PASS"
+    # negative control: the check's cases without a padding mask, as before
+    cases, boundary = sh.attention_cases, sh.boundary_attention_cases
+    monkeypatch.setattr(sh, "attention_cases", lambda **kw: cases(**{**kw, "padding": ("none",)}))
+    monkeypatch.setattr(sh, "boundary_attention_cases", lambda **kw: boundary(**{**kw, "paddings": ("none",)}))
+    assert check_kernel(sdpa_bitwise_without_padding_only, checks=["sdpa_identity"], profile="quick").verdict == "PASS"
