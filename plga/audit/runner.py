@@ -342,7 +342,7 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
     }, conts
 
 
-def _context_probe(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int) -> dict[str, np.ndarray]:
+def _context_probe(backend: Any, config: PLDRConfig, sizes: AuditSizes, seed: int) -> dict[str, np.ndarray]:
     """G_LM [1, L, H, d, d] of one sequence of seeded random ids [4, V) as long as the context
     (``sizes.context_probe_len`` tokens, at most ``max_seq_len``); empty when disabled. A probe
     that overflows is recorded as NaN, which makes its deviation, and so the verdict, undecided."""
@@ -526,7 +526,7 @@ def run_audit(
     dec_raw, greedy = timed("decode", _decode, be, prompt_ids, config, sizes, progress)
     raw.update(dec_raw)
     raw.update(timed("online", _online, be, prompt_ids, config, sizes, seed, progress))
-    raw.update(timed("context_probe", _context_probe, be, prompt_ids, config, sizes, seed))
+    raw.update(timed("context_probe", _context_probe, be, config, sizes, seed))
     v = verdict(summarize(raw))
     refused = collapse and v["verdict"] != COLLAPSED and not force
     collapse_meta: dict[str, Any] | None = None

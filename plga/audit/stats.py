@@ -452,10 +452,17 @@ def spread(gs: Any, axis: int = 0) -> tuple[Array, Array]:
     """
     gs = _f64(gs)
     mean = gs.mean(axis=axis)
-    dev = np.linalg.norm(gs - np.expand_dims(mean, axis), axis=(-2, -1))
-    den = np.linalg.norm(mean, axis=(-2, -1))
-    rel = np.divide(dev, np.expand_dims(den, axis), out=np.where(dev > 0, np.inf, 0.0), where=np.expand_dims(den, axis) > 0)
-    return mean, rel.max(axis=axis)
+    return mean, relative_deviation(gs, np.expand_dims(mean, axis)).max(axis=axis)
+
+
+def relative_deviation(g: Any, ref: Any) -> Array:
+    """‖G − ref‖_F / ‖ref‖_F over the last two axes (broadcasting): +∞ where ref is 0 and G is
+    not, NaN where G is NaN (an overflowed probe)."""
+    g, ref = _f64(g), _f64(ref)
+    dev = np.linalg.norm(g - ref, axis=(-2, -1))
+    den = np.broadcast_to(np.linalg.norm(ref, axis=(-2, -1)), dev.shape)
+    with np.errstate(invalid="ignore"):
+        return np.divide(dev, den, out=np.where(dev > 0, np.inf, np.where(np.isnan(dev), np.nan, 0.0)), where=den > 0)
 
 
 def rep_stats(tokens: Sequence[int]) -> dict[str, float | int]:

@@ -161,7 +161,7 @@ def summarize(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
                             "label": "max over prompts of |G(x) - mean G|_F / |mean G|_F, per (layer, head)"}
     if "context_probe_G" in raw and "G_LM" in raw:
         mean = raw["G_LM"].mean(axis=0)  # [L, H, d, d] the prompts' mean operator
-        dev = context_deviation(raw["context_probe_G"], mean)  # [n, L, H]
+        dev = st.relative_deviation(raw["context_probe_G"], mean[None])  # [n, L, H]
         s["G_LM_context_probe"] = {**st.min_median_max(dev), "length": int(raw["context_probe_ids"].shape[1]),
                                    "label": "|G(probe) - mean G(prompts)|_F / |mean G(prompts)|_F per (layer, head); "
                                             "the probe: seeded random ids as long as the context"}
@@ -213,15 +213,6 @@ def summarize(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
     if "collapse_G" in raw:
         s["collapse"] = _collapse(raw)
     return s
-
-
-def context_deviation(g_probe: np.ndarray, mean: np.ndarray) -> np.ndarray:
-    """‖G(probe) − mean‖_F / ‖mean‖_F per operator [n, L, H] (+∞ where the mean is 0 and the probe is
-    not; NaN where the probe overflowed)."""
-    dev = np.linalg.norm(g_probe - mean[None], axis=(-2, -1))
-    den = np.broadcast_to(np.linalg.norm(mean, axis=(-2, -1))[None], dev.shape)
-    with np.errstate(invalid="ignore"):
-        return np.divide(dev, den, out=np.where(dev > 0, np.inf, np.where(np.isnan(dev), np.nan, 0.0)), where=den > 0)
 
 
 def coverage(prompts: list[list[int]], sampled: list[dict[str, Any]], greedy: list[list[int]], raw: Mapping[str, np.ndarray],

@@ -78,18 +78,19 @@ def _num(x: Any) -> float:
 def figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     """The deciding figures from a summary (None where the measurement is absent).
 
-    The order parameter and ε_G are taken per operator — each (layer, head) on its own — where
-    the summary holds them, so that one moving head is not diluted by the layer's other heads;
-    the layer-pooled published figures are never larger (the pooled ratio is a weighted mean
-    of the per-head ones) and decide only in summaries written without the per-operator ones.
+    The order parameter and ε_G are each the larger of the layer-pooled published figure and
+    the same figure per operator — each (layer, head) on its own, where the summary holds it —
+    so that one moving head is not diluted by the layer's other heads (neither form bounds
+    the other: their normalizations differ).
     """
     glm = summary.get("order_parameter", {}).get("GLM", {})
-    op = glm.get("rms_per_operator") or glm.get("rms", {})
+    ops = [glm[k] for k in ("rms", "rms_per_operator") if glm.get(k, {}).get("n")]
     dec = summary.get("decode", [])
     spread = summary.get("G_LM_spread")
+    eps = [_num(d[k]) for d in dec for k in ("epsG_rel_rms_max_over_steps", "epsG_per_operator_max_over_steps") if k in d]
     f = {
-        "G_order_parameter": _num(op["max"]) if op.get("n") else None,
-        "epsG": _max([_num(d.get("epsG_per_operator_max_over_steps", d["epsG_rel_rms_max_over_steps"])) for d in dec]),
+        "G_order_parameter": _max([_num(o["max"]) for o in ops]),
+        "epsG": _max(eps),
         "G_spread": _num(spread["max"]) if spread else None,
         "G_context": _num(summary["G_LM_context_probe"]["max"]) if "G_LM_context_probe" in summary else None,
         "argmax_disagreements": sum(int(d["n_disagree"]) for d in dec),
