@@ -537,7 +537,7 @@ def check_sdpa_identity(ctx: Context) -> None:
         if pad is None and c.causal and c.s == c.t:
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True, scale=c.scale)
         elif allowed is not None:  # SDPA's boolean mask: True = may attend
-            mask = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(allowed, (c.b, 1, c.s, c.t)))).to(t["q"].device)
+            mask = torch.from_numpy(np.broadcast_to(allowed, (c.b, 1, c.s, c.t)).copy()).to(t["q"].device)  # a writable copy
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], attn_mask=mask, scale=c.scale)
         else:
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], scale=c.scale)
