@@ -257,14 +257,23 @@ def _max_scaled_score(t: dict[str, Any], causal: bool, scale: float | None) -> t
 
 
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None) -> float:
-    """Magnitude of the terms entering attention out: max|v| · (1 + max|allowed scaled score|).
+    """Magnitude of the terms entering attention out, in units of the inputs' dtype:
+    max|v| · (1 + r · max|allowed scaled score|).
 
-    The factor is the softmax's own error scale: P = exp(s − lse) recomputed from a saved
-    log-sum-exp (FA-2, two-pass kernels) carries a relative error ≈ u·|s|, since lse is
-    rounded at the scores' magnitude; out = Σ P v inherits it times max|v|.
+    The score factor is the softmax's own error scale: P = exp(s − lse) recomputed from a saved
+    log-sum-exp (FA-2, two-pass kernels) carries a relative error ≈ u·|s|, since lse is rounded
+    at the scores' magnitude; out = Σ P v inherits it times max|v|. The u there is that of the
+    precision scores and lse are kept in — float32 or wider in a sound kernel, whatever its
+    inputs (bfloat16 and float16 kernels accumulate in float32) — so r = u(score precision) /
+    u(inputs): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for float16. Kernels that
+    keep scores in bfloat16 or float16 are judged by the baselines, which do the same.
     """
+    from .tolerance import UNIT_ROUNDOFF, dtype_name
+
+    dtype = dtype_name(t["q"])
+    r = min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)
-    return (float(v.max()) if v.size else 0.0) * (1.0 + _max_scaled_score(t, causal, scale)[1])
+    return (float(v.max()) if v.size else 0.0) * (1.0 + r * _max_scaled_score(t, causal, scale)[1])
 
 
 def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, finite_mask: bool = False) -> None:

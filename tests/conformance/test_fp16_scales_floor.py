@@ -151,3 +151,47 @@ def test_the_bitwise_sdpa_claim_is_checked_with_padding(monkeypatch):
     monkeypatch.setattr(sh, "attention_cases", lambda **kw: cases(**{**kw, "padding": ("none",)}))
     monkeypatch.setattr(sh, "boundary_attention_cases", lambda **kw: boundary(**{**kw, "paddings": ("none",)}))
     assert check_kernel(sdpa_bitwise_without_padding_only, checks=["sdpa_identity"], profile="quick").verdict == "PASS"
+
+
+def zeros_for_large_score_heads(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                                scale: float | None = None) -> Any:
+    """bfloat16 only: the project's attention, but every (batch, head) whose largest scaled score
+    exceeds 40 in magnitude returns zeros (a fast path gone wrong)."""
+    out = plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    s = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    qg = q.float() if G is None else q.float() @ G.float()
+    scores = (qg @ k.float().transpose(-1, -2)).abs() * abs(s)  # [B, H, S, T]
+    big = scores.amax(dim=(-1, -2)) > 40  # [B, H]
+    return out.masked_fill(big[..., None, None], 0.0)
+
+
+_declare(zeros_for_large_score_heads, ("bfloat16",), ATTENTION)
+
+
+def test_large_scores_are_judged_at_bfloat16(monkeypatch):
+    """The floor's score factor is in float32 units (where scores and log-sum-exp are kept), not
+    bfloat16's: at bfloat16's it spanned the whole output once scores passed ~60, and this
+    kernel passed."""
+    report = check_kernel(zeros_for_large_score_heads, checks=["attention_unmasked"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"attention_unmasked"}, report.summary()
+    assert check_kernel("default", checks=["attention_unmasked[bfloat16]"], profile="quick").verdict == "PASS"
+    # negative control: the score factor in bfloat16 units, as before
+    real = checks.attention_magnitude
+
+    def old(t: Any, causal: bool, scale: Any, values: Any = None) -> float:
+        v = t["v"].abs().max().item() if values is None else float(abs(values).max())
+        return v * (1.0 + checks._max_scaled_score(t, causal, scale)[1])
+
+    monkeypatch.setattr(checks, "attention_magnitude", old)
+    assert check_kernel(zeros_for_large_score_heads, checks=["attention_unmasked"], profile="quick", shrink=False).verdict == "PASS"
+    assert real(*_unit_case()) < old(*_unit_case()), "the new magnitude is the smaller"
+
+
+def _unit_case() -> tuple[Any, bool, None]:
+    """bfloat16 tensors with one scaled score of 64 and max|v| = 1."""
+    q = torch.zeros(1, 1, 1, 4, dtype=torch.bfloat16)
+    q[..., 0] = 8.0
+    k = torch.zeros(1, 1, 2, 4, dtype=torch.bfloat16)
+    k[..., 0, 0] = 16.0
+    v = torch.ones(1, 1, 2, 4, dtype=torch.bfloat16)
+    return {"q": q, "k": k, "v": v, "G": None, "key_padding_mask": None}, False, None
