@@ -35,7 +35,15 @@ from . import strategies as sh
 from .adapter import Adapter, SkipCheck, time_scale_of
 from .guard import Held, call_operation, time_limit
 from .profiles import GROUPS
-from .tolerance import ConformanceFailure, assert_bitwise_equal, assert_conforms, compare, k_for
+from .tolerance import (
+    UNIT_ROUNDOFF,
+    ConformanceFailure,
+    assert_bitwise_equal,
+    assert_conforms,
+    compare,
+    dtype_name,
+    k_for,
+)
 
 # --- Context and registry -------------------------------------------------------------------
 
@@ -268,8 +276,6 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     u(inputs): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for float16. Kernels that
     keep scores in bfloat16 or float16 are judged by the baselines, which do the same.
     """
-    from .tolerance import UNIT_ROUNDOFF, dtype_name
-
     dtype = dtype_name(t["q"])
     r = min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)
@@ -639,8 +645,6 @@ def check_operator_chain(ctx: Context) -> None:
         truth = oracle.truth_chain(q, w, mp=ctx.mp and c.d <= 4)
         qb, wb = q.to(chain), eg.cast_layer_weights(w, chain)
         base = [eg.operator_chain(qb, wb, order=o) for o in eg.ORDERS]
-        from .tolerance import dtype_name
-
         for i, name in enumerate(("A", "A_LM", "A_P", "G_LM")):
             assert_conforms(out[i], [b[i] for b in base], truth[i], dtype=dtype_name(chain), k=k_for("operator_chain"),
                             what=f"operator chain {name}", note=c.describe())
@@ -747,8 +751,6 @@ POWER_CONDITION_BOUND = 0.25
 
 
 def _assume_power_conditioned(ctx: Context, state: dict[str, Any], config: Any, tokens: np.ndarray) -> None:
-    from .tolerance import UNIT_ROUNDOFF
-
     res = oracle.truth_forward(state, config, tokens)
     worst = 0.0
     for i, ded in enumerate(res.deductive):
@@ -858,10 +860,9 @@ def _generation_compare(ctx: Context, got: Any, truth: Any, baselines: Sequence[
         if steps is None or tuple(steps.shape) != tuple(t_steps.shape):
             raise ConformanceFailure(f"{what}: step logits shape {None if steps is None else tuple(steps.shape)} "
                                      f"!= expected {t_steps.shape}\n{note}")
-        for i in range(tokens.shape[0]):  # every sequence against its own bound (tolerance.compare per_sequence)
-            bounds[i] = assert_conforms(steps[i, :agree], [x[1][i, :agree] for x in baselines], t_steps[i, :agree],
-                                        dtype=ctx.dtype, k=k_for(ctx.name), what=f"{what} step logits (sequence {i})",
-                                        note=note).bound
+        cmp = assert_conforms(steps[:, :agree], [x[1][:, :agree] for x in baselines], t_steps[:, :agree], dtype=ctx.dtype,
+                              k=k_for(ctx.name), what=f"{what} step logits", note=note, per_sequence=True)
+        bounds[:] = cmp.sequence_bounds or cmp.bound
     diff = np.nonzero((tokens[:, s0:] != t_tokens[:, s0:]).any(axis=0))[0]
     if diff.size:
         step = int(diff[0])

@@ -200,6 +200,7 @@ class Comparison:
     mismatched: int
     total: int
     nonfinite: int = 0
+    sequence_bounds: tuple[float, ...] | None = None  # per_sequence: each sequence's own bound
 
     @property
     def bound(self) -> float:
@@ -237,7 +238,7 @@ def compare(
     one ill-conditioned sequence (a left-padded row at float32, where the published −1e9 mask
     rounds away its padded queries' scores) must not loosen the bound of the others. The
     comparison returned is the sequence furthest past (or closest to) its bound, with the
-    mismatch counts of all.
+    mismatch counts of all and every sequence's bound (``sequence_bounds``).
     """
     if not isinstance(baselines, (list, tuple)):
         baselines = [baselines]
@@ -299,6 +300,7 @@ def _worst_sequence(rows: list[Comparison]) -> Comparison:
     return dataclasses.replace(
         worst, worst_index=(i, *worst.worst_index), mismatched=sum(r.mismatched for r in rows),
         total=sum(r.total for r in rows), nonfinite=sum(r.nonfinite for r in rows),
+        sequence_bounds=tuple(r.bound for r in rows),
     )
 
 
