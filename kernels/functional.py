@@ -323,7 +323,7 @@ def blocked_attention(qg: Tensor, k: Tensor, v: Tensor, *, causal: bool, scale: 
     b, h, s, d = qg.shape
     t, dv = k.shape[2], v.shape[-1]
     q3 = qg.reshape(b * h, s, d)  # [BH, S, d] float32
-    kt = k.reshape(b * h, t, d).to(qg.dtype).transpose(1, 2)  # [BH, d, T] float32
+    kt = k.to(qg.dtype, memory_format=torch.contiguous_format).view(b * h, t, d).transpose(1, 2)  # [BH, d, T] float32, one copy
     v3 = v.reshape(b * h, t, dv)  # [BH, T, dv]
     out = v.new_empty(b * h, s, dv)  # [BH, S, dv]
     rows = min(s, BLOCKED_QUERY_ROWS)
@@ -416,7 +416,8 @@ def density_operator(q_rot: Tensor) -> Tensor:
     """A₀ = Q̃ᵀ Q̃ per head over *all* S rows (padding included): [B, H, S, d] → [B, H, d, d]."""
     if not isinstance(q_rot, Tensor) or q_rot.ndim < 2 or not q_rot.is_floating_point():
         raise InputError(f"the rotated queries must be a floating tensor [..., S, d], got {getattr(q_rot, 'shape', q_rot)!r}")
-    q = q_rot.to(chain_dtype(q_rot.dtype))
+    # one contiguous copy in the chain dtype: a strided operand made matmul copy both sides
+    q = q_rot.to(chain_dtype(q_rot.dtype), memory_format=torch.contiguous_format).contiguous()  # [B, H, S, d]
     return q.transpose(-1, -2) @ q
 
 
