@@ -67,16 +67,18 @@ class CapturedSteps:
     """The captured steps of one generation, as a context manager: ``steps(model, *args)`` runs
     ``model._captured_body(*args)`` compiled.
 
-    The first step goes through Dynamo: it runs every guard (and compiles when they fail: every
-    (batch, capacity, mode, dtype, shapes) is one entry, up to :data:`RECOMPILE_LIMIT`; then the
-    entries are dropped and compiled again as they are used). Every
-    later step of the generation passes the same model, cache, mode, operators and packed
-    fields — the same objects, shapes and strides; only the values of the token and position
-    tensors differ — so no guard can reject it, and Dynamo would pick the same entry again.
-    Later steps therefore call that entry's code directly (:func:`entry_function`: the entry
-    whose guards accept the first step's arguments, exactly Dynamo's choice), which skips
-    Dynamo's frame evaluation — about 0.15 ms a step on the bench CPU even with the guards
-    skipped, a sixth of a ``small`` step. Where the entry cannot be found (a torch without the
+    The first step looks for the entry Dynamo would run (:func:`entry_function`: the first of
+    the step function's compiled entries whose guards accept the first step's arguments,
+    exactly Dynamo's lookup and check); where none accepts them, it goes through Dynamo, which
+    compiles (every (batch, capacity, mode, dtype, shapes) is one entry, up to
+    :data:`RECOMPILE_LIMIT`; then the entries are dropped and compiled again as they are used),
+    and the entry is looked up again. Every later step of the generation passes the same model,
+    cache, mode, operators and packed fields — the same objects, shapes and strides; only the
+    values of the token and position tensors differ — so no guard can reject it, and Dynamo
+    would pick the same entry again. Every step therefore calls that entry's code directly,
+    which skips Dynamo's frame evaluation — about 0.15 ms a step on the bench CPU even with the
+    guards skipped, a sixth of a ``small`` step, and ~0.7 ms more on the first step of each
+    generation. Where the entry cannot be found (a torch without the
     cache-entry introspection), the rest of the generation runs under
     ``torch.compiler.set_stance(skip_guard_eval_unsafe=True)`` instead (entered once: the
     stance costs hundreds of microseconds to set, the guards about 0.1 ms per call at
@@ -99,6 +101,9 @@ class CapturedSteps:
 
     def __call__(self, model: Any, *args: Any) -> tuple[Tensor, ...]:
         begin_step(self.device)
+        if not self._warm and _default_stance():  # an entry compiled earlier may accept this step
+            self.direct = entry_function(_step, (model, *args))
+            self._warm = self.direct is not None
         if self.direct is not None:
             return self.direct(model, *args)
         if self._warm:

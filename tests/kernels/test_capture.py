@@ -197,19 +197,21 @@ def _count_dynamo_calls(monkeypatch) -> list[int]:
 
 
 def test_warm_steps_call_the_entry_dynamo_chose(monkeypatch):
-    """Only a generation's first step goes through Dynamo; the later ones call the code of the
-    cache entry Dynamo chose for it, found by its own guards among several entries (batches,
-    modes), and decode the uncaptured tokens and logits."""
+    """At most a generation's first step goes through Dynamo (when no compiled entry accepts it
+    yet); every other step calls the code of the cache entry Dynamo's own guards choose among
+    several entries (batches, modes), and decodes the uncaptured tokens and logits. A second
+    generation of the same shapes never goes through Dynamo."""
     config = PLDRConfig.from_name("tiny")
     _, model = model_pair(config, 27)
     calls = _count_dynamo_calls(monkeypatch)
     for prompt, mode in ((BATCH, "kvg"), (BATCH[1:2], "kv"), (BATCH, "kv"), (BATCH[:2], "kvg"), (BATCH, "kvg")):
-        calls.clear()
-        got = _generate(model, prompt, mode, captured=True)
-        assert len(calls) == 1  # NEW − 1 steps, one of them through Dynamo
         want = _generate(model, prompt, mode, captured=False)
-        assert torch.equal(got.tokens, want.tokens)
-        assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name=mode)
+        for most in (1, 0):  # NEW − 1 captured steps; a compiled entry is found without Dynamo
+            calls.clear()
+            got = _generate(model, prompt, mode, captured=True)
+            assert len(calls) <= most
+            assert torch.equal(got.tokens, want.tokens)
+            assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name=mode)
 
 
 def test_negative_control_an_entry_chosen_without_its_guards_is_caught(monkeypatch):
