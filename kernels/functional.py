@@ -323,7 +323,7 @@ def blocked_attention(qg: Tensor, k: Tensor, v: Tensor, *, causal: bool, scale: 
     b, h, s, d = qg.shape
     t, dv = k.shape[2], v.shape[-1]
     q3 = qg.reshape(b * h, s, d)  # [BH, S, d] float32
-    kt = k.to(qg.dtype, memory_format=torch.contiguous_format).view(b * h, t, d).transpose(1, 2)  # [BH, d, T] float32, one copy
+    kt = k.to(qg.dtype, memory_format=torch.contiguous_format).reshape(b * h, t, d).transpose(1, 2)  # [BH, d, T] float32, one copy
     v3 = v.reshape(b * h, t, dv)  # [BH, T, dv]
     out = v.new_empty(b * h, s, dv)  # [BH, S, dv]
     rows = min(s, BLOCKED_QUERY_ROWS)
