@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from . import native
+from . import gemm, native
 from .capture import RECOMPILE_LIMIT
 
 #: A packed product: column blocks [P, K, N'/P] and bias [P, 1, N'/P] (:func:`pack_linear`), or
@@ -93,10 +93,12 @@ def uses_rows(device: torch.device, dtype: torch.dtype, compiled: bool = False) 
     then run the compiled GEMV: float32 paper-110m vocabulary 76 GB/s against 49 GB/s for the
     column blocks; few-row products the native kernel). Loads the native kernel when it does
     (:func:`.native.prepare`)."""
-    rows = device.type == "cpu" and (compiled or dtype in _LOW_PRECISION)
-    if rows:
+    if device.type != "cpu":
+        return False
+    if compiled or dtype in _LOW_PRECISION:
         native.prepare(dtype)
-    return rows
+        return True
+    return dtype == torch.float32 and native.prepare(dtype)
 
 
 def pack_rows(w: Tensor, b: Tensor, align: int = 16) -> Packed:
@@ -162,7 +164,7 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
         elif compiled and m == 1:
             out = rows_gemv(x.reshape(-1)[None], w, b)  # strides (K, 1): one compilation per weight shape
         else:
-            out = F.linear(x, w, b)
+            out = gemm.linear(x, w, b)
         return out if out.shape[1] == n else out[:, :n]
     parts, k, h = w.shape
     m = x.shape[0]

@@ -1,7 +1,9 @@
 """The machine's limits, measured in the bench's own run: matmul GFLOP/s and memory bandwidth.
 
 - matmul: C = A B with A, B square ``n``×``n`` (2048 by default) in the bench dtype,
-  2·n³ FLOPs per product; the best (min-time) of the runs is the roofline peak.
+  2·n³ FLOPs per product, through ``torch.matmul`` and, on the CPU, through the kernels' own
+  GEMM (:func:`plga.kernels.gemm.linear`, oneDNN); the faster one's best (min-time) run is the
+  roofline peak, and torch's rate is kept beside it (MKL's float32 on AMD runs at ~40 % of it).
 - bandwidth (CPU): a read-only reduction (``x.sum()``) over a buffer far larger than the
   last-level cache (512 MiB), bytes = buffer size; and a copy (read + write, 2× bytes).
   Batch-1 decoding is a stream of weight reads, so the read bandwidth is its bound.
@@ -9,9 +11,10 @@
   vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
   in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), and in the kernels'
   packed layout (:func:`plga.kernels.packed.pack_linear`: one column block per thread,
-  one batched product), to show what a GEMV actually reaches against the streaming bound;
-  the same product in bfloat16 through ``F.linear`` and, where it serves, the native kernel
-  (:mod:`plga.kernels.native`).
+  one batched product; the decoding layout where the native kernel is missing) and, where
+  it serves, the native kernel (:mod:`plga.kernels.native`; the decoding path on such a CPU),
+  to show what a GEMV actually reaches against the streaming bound; the same product in
+  bfloat16 through ``F.linear`` and the native kernel.
 On CUDA every timed region is closed by ``torch.cuda.synchronize()``; CUDA is touched only
 when ``device`` is ``"cuda"``.
 """
@@ -60,6 +63,8 @@ def measure_limits(
     """Matmul GFLOP/s (float32, the bench dtype and the low-precision rows' dtype) and memory bandwidth in GB/s."""
     import torch
 
+    from ..kernels import gemm
+
     dev = torch.device(device)
     out: dict[str, Any] = {"device": device, "matmul_n": matmul_n, "buffer_mib": buffer_mib, "runs": runs}
     dtypes = list(dict.fromkeys(("float32", dtype, LOW_DTYPE)))
@@ -68,14 +73,22 @@ def measure_limits(
         tdt = getattr(torch, name)
         a = torch.randn(matmul_n, matmul_n, generator=gen).to(device=dev, dtype=tdt)
         b = torch.randn(matmul_n, matmul_n, generator=gen).to(device=dev, dtype=tdt)
-        ts = time_runs(lambda a=a, b=b: a @ b, runs, 2, device)
         flops = 2 * matmul_n**3
+        ts = time_runs(lambda a=a, b=b: a @ b, runs, 2, device)
+        best = {"via": "torch.matmul", **summary(ts)}
+        torch_gflops = flops / min(ts) / 1e9
+        w = b.t().contiguous()  # [N, K]: b's product as a linear layer
+        if gemm.serves(a, w, None):  # the kernels' GEMM (oneDNN), where it differs from torch's
+            ts1 = time_runs(lambda a=a, w=w: gemm.linear(a, w), runs, 2, device)
+            if min(ts1) < min(ts):
+                best, ts = {"via": "oneDNN inner product", **summary(ts1)}, ts1
         out[f"matmul_{name}"] = {
-            **summary(ts),
+            **best,
             "gflops_best": flops / min(ts) / 1e9,
             "gflops_median": flops / statistics.median(ts) / 1e9,
+            "torch_matmul_gflops_best": torch_gflops,
         }
-        del a, b
+        del a, b, w
     n = buffer_mib * 1024 * 1024 // 4
     x = torch.ones(n, device=dev, dtype=torch.float32)
     nbytes = n * 4
@@ -104,6 +117,10 @@ def measure_limits(
     out["gemv_bf16_linear"] = {**summary(ts), "gbps_best": wbytes / 2 / min(ts) / 1e9}
     from ..kernels import native
 
+    if dev.type == "cpu" and native.prepare(torch.float32):
+        z = torch.zeros(32000, device=dev)
+        ts = time_runs(lambda: torch.ops.plga.rows_linear(v, w, z), max(runs, 10), 3, device)
+        out["gemv_native"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}
     if dev.type == "cpu" and native.prepare(torch.bfloat16):
         ts = time_runs(lambda: torch.ops.plga.rows_linear(vl, wl, zl), max(runs, 10), 3, device)
         out["gemv_bf16_native"] = {**summary(ts), "gbps_best": wbytes / 2 / min(ts) / 1e9}

@@ -135,15 +135,23 @@ def format_rows(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
+def _via(matmul: dict[str, Any]) -> str:
+    """" (oneDNN; torch.matmul 158.0)" when the peak came from another GEMM than torch's."""
+    if matmul.get("via", "torch.matmul") == "torch.matmul" or not _is(matmul.get("torch_matmul_gflops_best"), float):
+        return ""
+    return f" ({matmul['via'].split()[0]}; torch.matmul {matmul['torch_matmul_gflops_best']:.1f})"
+
+
 def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None) -> str:
     def one(lim: dict[str, Any]) -> str:
-        mm = ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" for k, v in lim.items()
+        mm = ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" + _via(v) for k, v in lim.items()
                        if k.startswith("matmul_") and isinstance(v, dict))
         packed = lim.get("gemv_packed_layout")
         return (f"matmul {lim.get('matmul_n')}² GFLOP/s: {mm}; read {lim['read']['gbps_best']:.1f} GB/s, "
                 f"copy {lim['copy']['gbps_best']:.1f} GB/s; GEMV 32000×896 float32: nn.Linear layout "
                 f"{lim['gemv_linear_layout']['gbps_best']:.1f} GB/s, transposed {lim['gemv_transposed_layout']['gbps_best']:.1f} GB/s"
                 + (f", packed ({packed['parts']} blocks) {packed['gbps_best']:.1f} GB/s" if packed else "")
+                + (f", native kernel {fn['gbps_best']:.1f} GB/s" if (fn := lim.get("gemv_native")) else "")
                 + (f"; bfloat16: nn.Linear layout {bl['gbps_best']:.1f} GB/s" if (bl := lim.get("gemv_bf16_linear")) else "")
                 + (f", native kernel {bn['gbps_best']:.1f} GB/s" if (bn := lim.get("gemv_bf16_native")) else "")
                 + f"; NumPy float64 matmul {lim.get('numpy_float64_matmul_gflops', 0):.1f} GFLOP/s")

@@ -154,15 +154,23 @@ def _generate(model: PLDRModel, captured: bool, n: int = 6):
 
 
 @needs[torch.float32]
-def test_float32_batch_decoding_through_the_kernel_equals_the_plain_path():
-    """A batch of three with padding, captured (row layout: the kernel) against plain steps
-    (column blocks): the same tokens, logits within float32 rounding; and the kernel ran."""
+def test_float32_batch_decoding_through_the_kernel_equals_the_portable_path(monkeypatch):
+    """A batch of three with padding, plain and captured steps (row layout: the kernel) against
+    the portable path (``PLGA_NATIVE=0``: column blocks and torch's GEMV): the same tokens, logits
+    within float32 rounding; and the kernel ran exactly where it should."""
     _, model = model_pair(PLDRConfig.from_name("tiny"), 31, dtype=torch.float32)
+    monkeypatch.setenv(native.ENV_SWITCH, "0")
+    try:
+        portable, portable_native = _generate(model, captured=False)
+    finally:
+        monkeypatch.delenv(native.ENV_SWITCH)
+        native.prepare(torch.float32)
     plain, plain_native = _generate(model, captured=False)
     got, ran = _generate(model, captured=True)
-    assert ran and not plain_native
-    assert torch.equal(got.tokens, plain.tokens)
-    assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=1e-5, name="float32 batch")
+    assert ran and plain_native and not portable_native
+    for out, name in ((plain, "plain"), (got, "captured")):
+        assert torch.equal(out.tokens, portable.tokens), name
+        assert_rel_close(out.step_logits.double(), portable.step_logits.double(), rtol=1e-5, name=f"float32 batch, {name}")
 
 
 def _teacher_forced(model: PLDRModel, prompt: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
