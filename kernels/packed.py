@@ -2,19 +2,23 @@
 
 Without autograd, ``backend="sdpa"`` passes run their projections on derived copies of the
 weights instead of the ``nn.Linear`` modules: one QKV product (Wq | Wk | Wv), one gluw1 | gluw2
-product, and on the CPU the transposed weights split into one column block per intra-op thread,
-so that a batch-1 decoding GEMV streams on every core (the CPU BLAS runs a GEMV on one core).
+product, and the vocabulary projection.
 
-In bfloat16 / float16 on the CPU, and in every dtype with the opt-in ``compile_decode``, the
-copies keep the ``nn.Linear`` row layout W [N, K] instead (:func:`pack_rows`): the GEMMs run
-at the same rate on either layout, and a product of a few rows over rows of W is a contiguous
-dot product per output. Up to :data:`PACKED_SMALL_M` rows run the native kernel (:mod:`.native`;
-torch's bfloat16 GEMV and its few-row GEMMs convert every element or re-read W per row), except
-one row inside a captured step, which runs the GEMV fused into the graph (bench machine, 2
-threads, 32000 × 896 float32: 52–76 GB/s against 18 for ``F.linear`` and 49 for the column
-blocks) — unless W is a low-precision weight of at least :data:`NATIVE_ONE_ROW_MIN` elements,
-where the native kernel streams faster than Inductor's bfloat16 reduction. Without the native
-kernel, one row runs the compiled GEMV (:func:`rows_gemv`).
+On the CPU the copies keep the ``nn.Linear`` row layout W [N, K] (:func:`pack_rows`) wherever
+the native kernel (:mod:`.native`) serves the dtype, in bfloat16 / float16, and in every dtype
+with the opt-in ``compile_decode``. Up to :data:`PACKED_SMALL_M` rows (decoding) run the native
+kernel: a product of a few rows over rows of W is a contiguous dot product per output, and
+torch's GEMV re-reads or converts W (bench machine, 2 threads, 32000 × 896 float32, one row:
+2.1 ms against 3.6 for the column blocks below and 10.6 for ``F.linear``; eight rows 3.8
+against 10.2 and 14.2). One row inside a captured step runs the GEMV fused into the graph
+instead, unless W is a low-precision weight of at least :data:`NATIVE_ONE_ROW_MIN` elements,
+where the native kernel streams faster than Inductor's bfloat16 reduction; without the native
+kernel, one row runs the compiled GEMV (:func:`rows_gemv`). More rows (prefill) run the GEMM
+of :func:`.gemm.linear` (oneDNN).
+
+Elsewhere (float32 without the native kernel, float64, CUDA) the copies are the transposed
+weights split into one column block per intra-op thread, so that a batch-1 decoding GEMV
+streams on every core (the CPU BLAS runs a GEMV on one core).
 
 The copies are never in the state dict; they are rebuilt when a parameter changes (storage or
 in-place version counter) and dropped when the model is moved or cast.
@@ -27,7 +31,6 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import gemm, native
@@ -89,10 +92,10 @@ def pack_linear(wt: Tensor, b: Tensor, parts: int, align: int = 16) -> Packed:
 
 def uses_rows(device: torch.device, dtype: torch.dtype, compiled: bool = False) -> bool:
     """Whether packed copies on ``device`` in ``dtype`` use the row layout (:func:`pack_rows`):
-    on the CPU in bfloat16 / float16, and in every dtype with ``compiled`` (one-row products
-    then run the compiled GEMV: float32 paper-110m vocabulary 76 GB/s against 49 GB/s for the
-    column blocks; few-row products the native kernel). Loads the native kernel when it does
-    (:func:`.native.prepare`)."""
+    on the CPU in float32 where the native kernel serves it, in bfloat16 / float16, and in every
+    dtype with ``compiled`` (one-row products then run the compiled GEMV: float32 paper-110m
+    vocabulary 76 GB/s against 49 GB/s for the column blocks; few-row products the native
+    kernel). Loads the native kernel when it does (:func:`.native.prepare`)."""
     if device.type != "cpu":
         return False
     if compiled or dtype in _LOW_PRECISION:
@@ -151,7 +154,7 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     where it serves the dtype, but for one row inside a captured step, where the GEMV fused into
     the graph measured as fast or faster (except a low-precision W of
     :data:`NATIVE_ONE_ROW_MIN` elements or more); else the fused GEMV in a captured step, or
-    for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: ``F.linear``.
+    for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: :func:`.gemm.linear`.
     """
     if w.ndim == 2:
         m = x.shape[0]
