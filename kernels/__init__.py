@@ -3,7 +3,8 @@
 :mod:`.functional` holds the attention and operator-chain kernels (the functions the
 conformance suite certifies), :mod:`.modules` the ``nn.Module`` tree with upstream names,
 :mod:`.model` ``PLDRModel`` (forward, cached steps, generation), :mod:`.packed` the packed
-weight copies of the fused inference path, :mod:`.collapse` the collapse statistics and
+weight copies of the fused inference path, :mod:`.gemm` the GEMM their prefill products and the
+metric learner run on, :mod:`.collapse` the collapse statistics and
 :mod:`.finite` the deferred finiteness checks. Sampling follows the one specification in
 :mod:`plga.reference.sampling`. CUDA is only queried when a tensor is placed there, never at
 import.

@@ -7,9 +7,9 @@ kernel (``brg_matmul:avx512_core``, float32 throughout). torch reaches oneDNN's 
 through ``torch.ops.mkldnn._linear_pointwise`` — the op Inductor emits for linear layers on the
 CPU — which takes plain ``nn.Linear`` weights [N, K] and any leading batch axes.
 
-:func:`linear` calls it for float32 and bfloat16 products on the CPU when torch has oneDNN
-(and ``torch.backends.mkldnn.enabled``), outside autograd (the op has no derivative) and outside
-compiled code (Inductor chooses there). bfloat16 products already ran on oneDNN through
+:func:`linear` calls it for float32 and bfloat16 products on the CPU of at least
+:data:`MIN_MACS` multiply-adds when torch has oneDNN (and ``torch.backends.mkldnn.enabled``),
+outside autograd (the op has no derivative) and outside compiled code (Inductor chooses there). bfloat16 products already ran on oneDNN through
 ``F.linear``, with the bias added by a second pass over the output; the fused bias gives the
 same bits 7–13 % faster. float32 results differ from MKL's in rounding only (both accumulate in
 float32; the order of the sums differs). ``PLGA_ONEDNN=0`` in the environment keeps
@@ -26,6 +26,11 @@ from torch import Tensor
 
 #: Environment switch: ``PLGA_ONEDNN=0`` keeps every product on ``F.linear``.
 ENV_SWITCH = "PLGA_ONEDNN"
+#: Products of fewer multiply-adds (M·N·K) stay on ``F.linear``: a oneDNN call costs ~15–45 µs
+#: even with its primitive cached (~0.5 ms for a new shape). Bench machine, float32, 2 threads:
+#: 64 × 64 → 170 (0.7 M) 41 against 13 µs, 128 × 64 → 170 (1.4 M) 44 against 42, 256 × 64 → 170
+#: (2.8 M) 49 against 80, 64 × 128 → 384 (3.1 M) 52 against 82.
+MIN_MACS = 1 << 21
 _DTYPES = (torch.float32, torch.bfloat16)
 
 
@@ -47,6 +52,7 @@ def serves(x: Tensor, w: Tensor, b: Tensor | None) -> bool:
         and w.dtype == x.dtype
         and w.device.type == "cpu"
         and (b is None or (b.dtype == x.dtype and b.device.type == "cpu"))
+        and x.numel() * w.shape[0] >= MIN_MACS
         and not torch.compiler.is_compiling()
         and not (torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in (x, w, b)))
     )
@@ -59,4 +65,4 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     return F.linear(x, w, b)
 
 
-__all__ = ["ENV_SWITCH", "linear", "serves"]
+__all__ = ["ENV_SWITCH", "MIN_MACS", "linear", "serves"]
