@@ -136,4 +136,28 @@ def measure_limits(
     return out
 
 
-__all__ = ["measure_limits", "summary", "time_runs"]
+def best_of(start: dict[str, Any], end: dict[str, Any] | None) -> dict[str, Any]:
+    """The limits the run's fractions divide by: ``start``, with every matmul peak and the read
+    bandwidth raised to the end-of-run measurement where that was higher (``fractions_from``
+    says which). A limit measured while something else ran is understated, never overstated,
+    so the higher of the two is the machine's; and the higher peak gives the stricter fraction.
+    """
+    if not end:
+        return {**start, "fractions_from": "start"}
+    out = {k: (dict(v) if isinstance(v, dict) else v) for k, v in start.items()}
+    raised = []
+    for key, val in end.items():
+        if key.startswith("matmul_") and isinstance(val, dict) and val.get("gflops_best", 0) > out.get(key, {}).get("gflops_best", 0):
+            out[key] = dict(val)
+            raised.append(key)
+    if end.get("read", {}).get("gbps_best", 0) > out.get("read", {}).get("gbps_best", 0):
+        out["read"] = dict(end["read"])
+        raised.append("read")
+    out["peak_gflops"] = max(out["peak_gflops"], end.get("peak_gflops", 0))
+    out["peak_gflops_float32"] = max(out["peak_gflops_float32"], end.get("peak_gflops_float32", 0))
+    out["bandwidth_gbps"] = max(out["bandwidth_gbps"], end.get("bandwidth_gbps", 0))
+    out["fractions_from"] = "start" if not raised else "start, raised to the end's " + ", ".join(raised)
+    return out
+
+
+__all__ = ["best_of", "measure_limits", "summary", "time_runs"]

@@ -142,7 +142,7 @@ def _via(matmul: dict[str, Any]) -> str:
     return f" ({matmul['via'].split()[0]}; torch.matmul {matmul['torch_matmul_gflops_best']:.1f})"
 
 
-def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None) -> str:
+def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None, used: dict[str, Any] | None = None) -> str:
     def one(lim: dict[str, Any]) -> str:
         mm = ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" + _via(v) for k, v in lim.items()
                        if k.startswith("matmul_") and isinstance(v, dict))
@@ -158,6 +158,11 @@ def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None) -> 
     out = "machine limits (start): " + one(limits)
     if end:
         out += "\nmachine limits (end):   " + one(end)
+    if used and used.get("fractions_from", "start") != "start":
+        mm = ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" for k, v in used.items()
+                       if k.startswith("matmul_") and isinstance(v, dict))
+        out += (f"\nfractions divide by the higher of the two: matmul {mm} GFLOP/s, read {used['bandwidth_gbps']:.1f} GB/s "
+                f"({used['fractions_from']})")
     return out
 
 
@@ -202,7 +207,7 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         f"targets: {counts['met']} met, {counts['missed']} missed, {counts['not measured']} not measured",
         format_targets(verdicts),
         "",
-        format_limits(doc["limits"], doc.get("limits_end")),
+        format_limits(doc["limits"], doc.get("limits_end"), doc.get("limits_used")),
     ]
     acc = format_accuracy(rows)
     if acc:

@@ -27,6 +27,7 @@ from ..allocator import freed_blocks_kept, keep_freed_blocks
 from ..errors import UsageError
 from ..progress import bar
 from .interleave import run_group
+from .machine import best_of
 from .plan import LONG_RUN_S, MIN_RUNS, QUICK, config_of, estimate_seconds, plan_cases, skip_reason
 from .report import SCHEMA, format_report, validate_document
 from .rows import Row, add_ratios, derive_row, not_run
@@ -165,10 +166,12 @@ def bench_main(args: argparse.Namespace) -> int:
 
 def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any] | None, list[Row]]:
     """Run every case, group by group (:mod:`.interleave`) → (limits at start, limits at end,
-    rows in plan order)."""
+    rows in plan order). Rows are derived as their cases finish (for the partial file), and
+    again at the end against :func:`.machine.best_of` the two limit measurements."""
     limits: dict[str, Any] = {}
     limits_end: dict[str, Any] | None = None
     rows: dict[int, Row] = {}
+    raws: dict[int, dict[str, Any]] = {}
     index = {spec["id"]: i for i, spec in enumerate(cases)}
     groups: dict[str, list[dict[str, Any]]] = {}
     for spec in cases:
@@ -192,6 +195,7 @@ def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[d
                 limits_end = raw["limits"]
             log(spec, took)
             return
+        raws[index[spec["id"]]] = raw
         row = rows[index[spec["id"]]] = derive_row(raw, limits)
         if args.out:  # rows so far, so an interrupted run leaves its measurements behind
             _write_json(str(args.out) + ".partial",
@@ -217,6 +221,10 @@ def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[d
                 run_group(runnable, args.case_timeout_s, args.threads,
                           functools.partial(done, started=started, group_size=len(runnable)),
                           step=lambda spec: progress.set_postfix_str(spec["id"]))
+    if limits_end:
+        best = best_of(limits, limits_end)
+        for i, raw in raws.items():
+            rows[i] = derive_row(raw, best)
     return limits, limits_end, [rows[i] for i in sorted(rows)]
 
 
@@ -240,6 +248,7 @@ def _run_and_report(
         "targets": [v.to_json() for v in verdicts],
         "limits": limits,
         "limits_end": limits_end,
+        "limits_used": best_of(limits, limits_end) if limits else None,
         "rows": [r.to_json() for r in rows],
         "wall_s": time.perf_counter() - t0,
     }

@@ -155,3 +155,44 @@ def test_only_runs_the_matching_cases(monkeypatch, capsys):
         "small/prefill/fused@bfloat16/b8s1024/last",
     }
     capsys.readouterr()
+
+
+def test_fractions_divide_by_the_higher_of_the_start_and_end_limits(monkeypatch, tmp_path, capsys):
+    """A limit measured while the host was busy is understated: the start's float32 peak here is
+    half the end's, and the rows' roofline and bandwidth fractions use the end's (the stricter)."""
+    from .helpers import LIMITS
+
+    slow = copy.deepcopy(LIMITS) | {"peak_gflops": 50.0, "peak_gflops_float32": 50.0}
+    slow["matmul_float32"] = {"gflops_best": 50.0, "gflops_median": 45.0}
+
+    def run(spec, timeout_s, threads):
+        if spec["kind"] == "limits":
+            return {"spec": spec, "status": "ok", "limits": slow if spec["when"] == "start" else LIMITS}
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(R, "run_group", per_case(run))
+    out = tmp_path / "bench.json"
+    assert bench_main(parse(["--config", "small", "--cases", "prefill", "--out", str(out), "--no-progress",
+                             "--no-low-precision"])) == 0
+    doc = json.loads(out.read_text())
+    assert doc["limits"]["matmul_float32"]["gflops_best"] == 50.0
+    assert doc["limits_used"]["matmul_float32"]["gflops_best"] == 100.0
+    assert doc["limits_used"]["fractions_from"] == "start, raised to the end's matmul_float32"
+    row = next(r for r in doc["rows"] if r["impl"] == "fused" and r["status"] == "ok")
+    assert row["roofline_fraction"] == pytest.approx(row["gflops_per_s"] / 100.0)
+    assert "fractions divide by the higher of the two: matmul float32 100.0" in capsys.readouterr().out
+
+
+def test_best_of_keeps_the_start_where_it_was_higher():
+    from plga.bench.machine import best_of
+
+    from .helpers import LIMITS
+
+    low_end = copy.deepcopy(LIMITS) | {"bandwidth_gbps": 10.0, "read": {"gbps_best": 10.0}}
+    assert best_of(LIMITS, low_end)["bandwidth_gbps"] == 20.0
+    assert best_of(LIMITS, low_end)["fractions_from"] == "start"
+    assert best_of(LIMITS, None)["fractions_from"] == "start"
+    high_end = copy.deepcopy(LIMITS) | {"bandwidth_gbps": 30.0, "read": {"gbps_best": 30.0}}
+    used = best_of(LIMITS, high_end)
+    assert used["bandwidth_gbps"] == 30.0 and used["read"]["gbps_best"] == 30.0 and "read" in used["fractions_from"]
+    assert LIMITS["bandwidth_gbps"] == 20.0  # the start's record is not changed
