@@ -8,7 +8,7 @@ through ``torch.ops.mkldnn._linear_pointwise`` — the op Inductor emits for lin
 CPU — which takes plain ``nn.Linear`` weights [N, K] and any leading batch axes.
 
 :func:`linear` calls it for float32 and bfloat16 products on the CPU of at least
-:data:`MIN_MACS` multiply-adds when torch has oneDNN (and ``torch.backends.mkldnn.enabled``),
+:data:`MIN_MACS` multiply-adds on x86-64 when torch has oneDNN (and ``torch.backends.mkldnn.enabled``),
 outside autograd (the op has no derivative) and outside compiled code (Inductor chooses there). bfloat16 products already ran on oneDNN through
 ``F.linear``, with the bias added by a second pass over the output; the fused bias gives the
 same bits 7–13 % faster. float32 results differ from MKL's in rounding only (both accumulate in
@@ -19,6 +19,7 @@ float32; the order of the sums differs). ``PLGA_ONEDNN=0`` in the environment ke
 from __future__ import annotations
 
 import os
+import platform
 
 import torch
 import torch.nn.functional as F
@@ -35,8 +36,11 @@ _DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _onednn_available() -> bool:
-    op = getattr(torch.ops.mkldnn, "_linear_pointwise", None) if torch.backends.mkldnn.is_available() else None
-    return op is not None and os.environ.get(ENV_SWITCH, "1") != "0"
+    """torch has oneDNN's linear op, on x86-64 (elsewhere oneDNN may be a slower path than the
+    platform BLAS torch uses; not measured), and the switch is not off."""
+    if platform.machine().lower() not in ("x86_64", "amd64") or not torch.backends.mkldnn.is_available():
+        return False
+    return getattr(torch.ops.mkldnn, "_linear_pointwise", None) is not None and os.environ.get(ENV_SWITCH, "1") != "0"
 
 
 _AVAILABLE = _onednn_available()

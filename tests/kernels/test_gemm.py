@@ -138,3 +138,15 @@ def test_prefill_products_and_the_metric_learner_run_on_onednn(monkeypatch):
     per_layer = 4 + 3 * model.config.num_reslayerA * model.config.num_denseA  # QKV, dense, gates, gluw3; the learner's SwiGLUs
     assert onednn_calls(False) >= model.config.num_layers * per_layer
     assert onednn_calls(True) == 0
+
+
+def test_availability_needs_x86_64_and_the_switch_on(monkeypatch):
+    import platform
+
+    monkeypatch.setattr(platform, "machine", lambda: "arm64")
+    assert not gemm._onednn_available()
+    monkeypatch.setattr(platform, "machine", lambda: "x86_64")
+    monkeypatch.setenv(gemm.ENV_SWITCH, "0")
+    assert not gemm._onednn_available()
+    monkeypatch.delenv(gemm.ENV_SWITCH)
+    assert gemm._onednn_available() == (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
