@@ -77,9 +77,9 @@ def measure_limits(
         ts = time_runs(lambda a=a, b=b: a @ b, runs, 2, device)
         best = {"via": "torch.matmul", **summary(ts)}
         torch_gflops = flops / min(ts) / 1e9
-        w = b.t().contiguous()  # [N, K]: b's product as a linear layer
-        if gemm.serves(a, w, None):  # the kernels' GEMM (oneDNN), where it differs from torch's
-            ts1 = time_runs(lambda a=a, w=w: gemm.linear(a, w), runs, 2, device)
+        bt = b.t().contiguous()  # [N, K]: b's product as a linear layer
+        if gemm.serves(a, bt, None):  # the kernels' GEMM (oneDNN), where it differs from torch's
+            ts1 = time_runs(lambda a=a, bt=bt: gemm.linear(a, bt), runs, 2, device)
             if min(ts1) < min(ts):
                 best, ts = {"via": "oneDNN inner product", **summary(ts1)}, ts1
         out[f"matmul_{name}"] = {
@@ -88,7 +88,7 @@ def measure_limits(
             "gflops_median": flops / statistics.median(ts) / 1e9,
             "torch_matmul_gflops_best": torch_gflops,
         }
-        del a, b, w
+        del a, b, bt
     n = buffer_mib * 1024 * 1024 // 4
     x = torch.ones(n, device=dev, dtype=torch.float32)
     nbytes = n * 4

@@ -142,10 +142,15 @@ def _via(matmul: dict[str, Any]) -> str:
     return f" ({matmul['via'].split()[0]}; torch.matmul {matmul['torch_matmul_gflops_best']:.1f})"
 
 
+def _matmul_peaks(lim: dict[str, Any], via: bool = False) -> str:
+    """"float32 406.5, bfloat16 782.5" (with :func:`_via` after each peak when ``via``)."""
+    return ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" + (_via(v) if via else "") for k, v in lim.items()
+                     if k.startswith("matmul_") and isinstance(v, dict))
+
+
 def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None, used: dict[str, Any] | None = None) -> str:
     def one(lim: dict[str, Any]) -> str:
-        mm = ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" + _via(v) for k, v in lim.items()
-                       if k.startswith("matmul_") and isinstance(v, dict))
+        mm = _matmul_peaks(lim, via=True)
         packed = lim.get("gemv_packed_layout")
         return (f"matmul {lim.get('matmul_n')}² GFLOP/s: {mm}; read {lim['read']['gbps_best']:.1f} GB/s, "
                 f"copy {lim['copy']['gbps_best']:.1f} GB/s; GEMV 32000×896 float32: nn.Linear layout "
@@ -159,9 +164,7 @@ def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None, use
     if end:
         out += "\nmachine limits (end):   " + one(end)
     if used and used.get("fractions_from", "start") != "start":
-        mm = ", ".join(f"{k.removeprefix('matmul_')} {v['gflops_best']:.1f}" for k, v in used.items()
-                       if k.startswith("matmul_") and isinstance(v, dict))
-        out += (f"\nfractions divide by the higher of the two: matmul {mm} GFLOP/s, read {used['bandwidth_gbps']:.1f} GB/s "
+        out += (f"\nfractions divide by the higher of the two: matmul {_matmul_peaks(used)} GFLOP/s, read {used['bandwidth_gbps']:.1f} GB/s "
                 f"({used['fractions_from']})")
     return out
 

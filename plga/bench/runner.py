@@ -164,10 +164,13 @@ def bench_main(args: argparse.Namespace) -> int:
         shutil.rmtree(weights_dir, ignore_errors=True)
 
 
-def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[dict[str, Any], dict[str, Any] | None, list[Row]]:
+def _run_cases(
+    args: argparse.Namespace, cases: list[dict[str, Any]]
+) -> tuple[dict[str, Any], dict[str, Any] | None, dict[str, Any] | None, list[Row]]:
     """Run every case, group by group (:mod:`.interleave`) → (limits at start, limits at end,
-    rows in plan order). Rows are derived as their cases finish (for the partial file), and
-    again at the end against :func:`.machine.best_of` the two limit measurements."""
+    the limits the fractions divide by, rows in plan order). Rows are derived as their cases
+    finish (for the partial file), and again at the end against :func:`.machine.best_of` the
+    two limit measurements."""
     limits: dict[str, Any] = {}
     limits_end: dict[str, Any] | None = None
     rows: dict[int, Row] = {}
@@ -221,11 +224,11 @@ def _run_cases(args: argparse.Namespace, cases: list[dict[str, Any]]) -> tuple[d
                 run_group(runnable, args.case_timeout_s, args.threads,
                           functools.partial(done, started=started, group_size=len(runnable)),
                           step=lambda spec: progress.set_postfix_str(spec["id"]))
-    if limits_end:
-        best = best_of(limits, limits_end)
+    used = best_of(limits, limits_end) if limits else None
+    if used and limits_end:
         for i, raw in raws.items():
-            rows[i] = derive_row(raw, best)
-    return limits, limits_end, [rows[i] for i in sorted(rows)]
+            rows[i] = derive_row(raw, used)
+    return limits, limits_end, used, [rows[i] for i in sorted(rows)]
 
 
 def _run_and_report(
@@ -233,7 +236,7 @@ def _run_and_report(
 ) -> int:
     load_start = _loadavg()
     print(f"plga bench: {len(cases)} cases, configs {','.join(configs)}, load average {load_start}", file=sys.stderr, flush=True)
-    limits, limits_end, rows = _run_cases(args, cases)
+    limits, limits_end, used, rows = _run_cases(args, cases)
     add_ratios(rows)
     verdicts = evaluate_targets(rows)
     doc: dict[str, Any] = {
@@ -248,7 +251,7 @@ def _run_and_report(
         "targets": [v.to_json() for v in verdicts],
         "limits": limits,
         "limits_end": limits_end,
-        "limits_used": best_of(limits, limits_end) if limits else None,
+        "limits_used": used,
         "rows": [r.to_json() for r in rows],
         "wall_s": time.perf_counter() - t0,
     }
