@@ -659,23 +659,35 @@ class PLDRModel(nn.Module):
 
     def _step(
         self, tokens: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None, logits: Any,
-        backend: str, *, trusted: bool,
+        backend: str, *, trusted: bool, fields: dict[str, Any] | None = None,
     ) -> Tensor | None:
         """The step itself. ``trusted`` (generate's own steps): the kv-mode operators are
         recomputed from the frozen prompt A, which the prompt's forward already checked, and a
         non-finite hidden state propagates through every later LayerNorm row, so only the last
-        layer's hidden state is checked (one small check per step)."""
-        s = tokens.shape[1]
-        if cache.length + s > cache.capacity:
-            raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + {s})")
+        layer's hidden state is checked (one small check per step). ``fields``: the packed fields
+        of every cache position, looked up once per generation (:meth:`_generation_fields`);
+        None: looked up now."""
+        s, t0 = tokens.shape[1], cache.length
+        if t0 + s > cache.capacity:
+            raise InputError(f"cache capacity {cache.capacity} exhausted (length {t0} + {s})")
+        if fields is None:
+            fields = self._packed_fields(backend, t0, s, tokens.shape[0])
+        elif fields["rope"] is not None:
+            fields = dict(fields, rope=tuple(t[t0 : t0 + s] for t in fields["rope"]))  # this step's rows
         p = _Pass(
-            start=cache.length, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
-            backend=backend, **self._packed_fields(backend, cache.length, s, tokens.shape[0]),
+            start=t0, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
+            backend=backend, **fields,
             guard=FiniteGuard(deductive=not trusted) if self.check_finite else None, guard_last_only=trusted,
         )
         out, _, _ = self._run(tokens, p, logits)
         cache.length += s
         return out
+
+    def _generation_fields(self, cache: DecodeCache) -> dict[str, Any]:
+        """The packed fields of generate's uncaptured steps, for every cache position: the
+        weight stamps and hooks are checked once per generation, not once per step (no user code
+        runs between generate's steps, so nothing can change them there)."""
+        return self._packed_fields("sdpa", 0, cache.capacity, cache.layers[0].k.shape[0])
 
     def _capture_fields(self, cache: DecodeCache) -> dict[str, Any] | None:
         """The packed fields of :meth:`_captured_step` (rotation tables of every cache position),
@@ -831,6 +843,7 @@ class PLDRModel(nn.Module):
             cache = self.new_cache(b, capacity)
             logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
             fields = self._capture_fields(cache) if captured else None
+            plain_fields = self._generation_fields(cache) if fields is None and max_new_tokens > 1 else None
             greedy = None
             with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
                 for n in steps_of(max_new_tokens, progress):
@@ -843,7 +856,7 @@ class PLDRModel(nn.Module):
                             nxt.reshape(b, 1).contiguous(), cache, mode, operators, fields, captured_steps
                         )
                     elif n + 1 < max_new_tokens:
-                        logits = self._step(nxt[:, None], cache, mode, operators, "last", "sdpa", trusted=True)
+                        logits = self._step(nxt[:, None], cache, mode, operators, "last", "sdpa", trusted=True, fields=plain_fields)
         step_logits = None
         if return_step_logits:
             v = self.config.input_vocab_size

@@ -234,3 +234,25 @@ def test_eager_backend_stays_on_the_modules():
         fused = model(PROMPT, logits="last").logits
     assert model._packed
     assert_rel_close(fused, eager, rtol=1e-12)
+
+
+@pytest.mark.parametrize("mode", ["kv", "kvg"])
+def test_generate_looks_up_the_packed_fields_once(monkeypatch, mode):
+    """Generate's uncaptured steps share one lookup of the packed fields (the prompt pass makes
+    the other), and emit what forward + step() — each step looking its fields up — emit, bit for
+    bit: the rotation rows a step slices are the ones it would have looked up."""
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 18)
+    n = 5
+    cache = model.new_cache(PROMPT.shape[0], PROMPT.shape[1] + n - 1)
+    with torch.inference_mode():
+        logits = model(PROMPT, logits="last", cache=cache).logits
+        manual = [logits]
+        for _ in range(n - 1):
+            logits = model.step(torch.argmax(logits, -1)[:, None], cache, mode)
+            manual.append(logits)
+    calls = []
+    lookup = PLDRModel._packed_fields
+    monkeypatch.setattr(PLDRModel, "_packed_fields", lambda self, *a, **k: calls.append(a) or lookup(self, *a, **k))
+    out = model.generate(PROMPT, n, mode, return_step_logits=True)
+    assert len(calls) == 2, calls  # the prompt pass and the generation, not one per step
+    assert torch.equal(out.step_logits, torch.stack(manual, 1))
