@@ -19,7 +19,7 @@ SCHEMA = "plga-bench/2"
 _ROW_OK_REQUIRED = {"runs": int, "times_s": list, "median_s": float, "min_s": float, "max_s": float, "meets_runs_rule": bool}
 _ROW_TIMED_REQUIRED = {"flops": int, "gflops_per_s": float, "tokens_per_s": float}
 _NON_NEGATIVE = ("roofline_fraction", "bandwidth_fraction", "loop_overhead_fraction", "speedup_vs_eager", "memory_vs_eager",
-                 "speedup_vs_fused", "compile_s")
+                 "speedup_vs_fused", "compile_s", "compile_cached_s")
 
 
 def _is(v: Any, typ: type) -> bool:
@@ -109,7 +109,7 @@ def _pct(v: Any) -> str:
 
 
 ROW_HEAD = ("case", "impl", "shape", "runs", "median ms", "min ms", "max ms", "tok/s", "GFLOP/s", "peak MiB",
-            "× eager", "mem ÷ eager", "× fused f32", "roofline", "BW bound", "loop ovh", "compile s")
+            "× eager", "mem ÷ eager", "× fused f32", "roofline", "BW bound", "loop ovh", "compile s", "cached s")
 
 
 def format_rows(rows: list[Row]) -> str:
@@ -129,7 +129,7 @@ def format_rows(rows: list[Row]) -> str:
             _fmt(1e3 * r.min_s, ".1f"), _fmt(1e3 * r.max_s, ".1f"), _fmt(r.shown_tokens_per_s, ".4g"),  # type: ignore[operator]
             _fmt(r.gflops_per_s, ".3g"), _mib(r.peak_device_bytes or r.peak_rss_bytes), _fmt(r.speedup_vs_eager, ".2f"),
             _fmt(r.memory_vs_eager, ".2f"), _fmt(r.speedup_vs_fused, ".2f"), _pct(r.roofline_fraction), _pct(r.bandwidth_fraction),
-            _pct(r.loop_overhead_fraction), _fmt(r.compile_s, ".1f"),
+            _pct(r.loop_overhead_fraction), _fmt(r.compile_s, ".1f"), _fmt(r.compile_cached_s, ".1f"),
         )
         lines.append("| " + " | ".join(str(c) for c in cells) + " |")
     return "\n".join(lines)
@@ -221,7 +221,9 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         "",
         "tok/s: prefill B·S/median; decode rows: decode-phase tokens/s (B / step time, step = (generate − prompt pass)/(N−1)). "
         "* = fewer than 5 runs. × fused f32: the float32 fused row's median ÷ this row's (bf16 and compiled rows). "
-        "roofline = achieved GFLOP/s ÷ matmul peak of the row's dtype; BW bound = (weight bytes per step ÷ read bandwidth) ÷ step time.",
+        "roofline = achieved GFLOP/s ÷ matmul peak of the row's dtype; BW bound = (weight bytes per step ÷ read bandwidth) ÷ step time. "
+        "compile s: the captured row's first call on an empty Inductor cache, less its second; cached s: the same in a fresh "
+        "process on the cache the row filled (what a later run pays).",
     ]
     return "\n".join(parts)
 

@@ -50,7 +50,8 @@ class Row:
     peak_rss_source: str | None = None
     rss_before_runs_bytes: int | None = None
     peak_device_bytes: int | None = None
-    compile_s: float | None = None  # first (compiling) call of a captured row
+    compile_s: float | None = None  # first (compiling) call of a captured row, on an empty Inductor cache
+    compile_cached_s: float | None = None  # the same in a fresh process on the cache the row filled
     # work and speed
     flops: int | None = None
     flops_breakdown: dict[str, int] | None = None
@@ -124,7 +125,10 @@ def derive_row(raw: dict[str, Any], limits: dict[str, Any]) -> Row:
         wall_s=raw.get("wall_s"), threads=raw.get("threads"), peak_rss_bytes=raw.get("peak_rss_bytes"),
         peak_rss_source=raw.get("peak_rss_source"), rss_before_runs_bytes=raw.get("rss_before_runs_bytes"),
         peak_device_bytes=raw.get("peak_device_bytes"), compile_s=raw.get("compile_s"),
+        compile_cached_s=raw.get("compile_cached_s"),
     )
+    if raw.get("compile_cached_error"):
+        row.unmeasured = {"compile_cached_s": raw["compile_cached_error"]}
     if spec["kind"] in ("command", "accuracy"):
         for name in ("logits_max_abs_error", "logits_error_bound", "logits_error_ratio", "greedy_agreement", "greedy_note"):
             setattr(row, name, raw.get(name))

@@ -93,3 +93,32 @@ def test_the_native_operator_is_profiled_under_the_counted_name():
     keys = [ev.key for ev in prof.key_averages()]
     assert any(k.startswith(NATIVE_OP_PREFIX) for k in keys), keys
     assert _compute_seconds(prof, "cpu") > 0
+
+
+def test_a_captured_case_reports_its_cold_and_cached_compile():
+    """A captured case times its compile on an empty Inductor cache, then starts itself again in
+    a fresh process on the cache it filled (the cached compile a later run pays)."""
+    spec = next(c for c in plan_cases(["tiny"], ["decode"], quick=True, runs=1, low_precision=False, capture=True)
+                if c["kind"] == "decode" and c.get("capture") and c["batch"] == 1)
+    out = run_case(dict(spec, overhead=False))
+    assert out["compile_s"] > 0 and out["compile_cached_s"] > 0  # presence only: speed is the bench's
+    assert "compile_cached_error" not in out
+
+
+def test_a_failed_cached_compile_probe_is_reported_not_fatal(monkeypatch):
+    """The probe's failure leaves the case's own measurements and says why (the row's
+    ``unmeasured``)."""
+    import subprocess
+
+    from plga.bench import case as case_mod
+    from plga.bench.rows import derive_row
+
+    def failing(cmd, **kw):
+        assert "compile_probe" in cmd[-1]
+        return subprocess.CompletedProcess(cmd, 1, stdout="", stderr="boom")
+
+    monkeypatch.setattr(case_mod.subprocess, "run", failing)
+    assert case_mod._cached_compile_seconds({"kind": "decode", "capture": "compile"}) == (None, "the cached-compile probe failed: exit 1: boom")
+    raw = {"spec": {"id": "x", "kind": "command", "argv": []}, "status": "ok", "times_s": [1.0],
+           "compile_cached_s": None, "compile_cached_error": "the cached-compile probe failed: exit 1: boom"}
+    assert derive_row(raw, {}).unmeasured == {"compile_cached_s": "the cached-compile probe failed: exit 1: boom"}
