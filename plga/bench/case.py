@@ -17,10 +17,10 @@ eager | fused | collapsed), ``batch``, ``seq`` (prefill length or prompt length)
 ``runs``, ``warmup``, ``warmup_shape`` (full | reduced: warm up on sequence ≤ 128 / 2 new
 tokens, for long cases), ``threads``, ``device``, ``dtype``, ``seed``, ``overhead`` (profile the
 decoding loop's own overhead), ``capture`` ("compile": ``PLDRModel.compile_decode``, captured
-steps; the first warm-up call timed as the compile, on an empty Inductor cache; after its timed
-runs the case starts itself again in a fresh process on the cache it filled, with
-``compile_probe``, and reports that process's compile time too: what every later process of a
-user pays), ``argv`` (command: the command line to time).
+steps; the first warm-up call timed as the compile, on an empty Inductor cache),
+``cached_compile`` (default true: a captured case, after its timed runs, starts itself again in
+a fresh process on the cache it filled, with ``compile_probe``, and reports that process's
+compile time too: what every later process of a user pays), ``argv`` (command: the command line to time).
 """
 
 from __future__ import annotations
@@ -520,7 +520,7 @@ def run_case(spec: dict[str, Any], gate: Gate = OPEN) -> dict[str, Any]:
                 out["overhead_pairs"] = _overhead_pairs(work["fn"], prefill_fn, device)
     if "collapse_fluctuation_max" in env:
         out["collapse_fluctuation_max"] = env["collapse_fluctuation_max"]
-    if spec.get("capture") and "compile_s" in out:
+    if spec.get("cached_compile", True) and "compile_s" in out:
         out["compile_cached_s"], why = _cached_compile_seconds(spec)
         if why:
             out["compile_cached_error"] = why
@@ -533,7 +533,7 @@ def _cached_compile_seconds(spec: dict[str, Any]) -> tuple[float | None, str]:
     process filled (``TORCHINDUCTOR_CACHE_DIR``, inherited): imports, Dynamo's tracing and the
     cache look-ups a user's later runs pay. (None, why) when the probe fails: the case's own
     measurements stand."""
-    probe = dict(spec, compile_probe=True, runs=0, warmup=1, overhead=False)
+    probe = dict(spec, compile_probe=True, cached_compile=False, runs=0, warmup=1, overhead=False)
     cmd = [sys.executable, "-m", "plga.bench.case", "--json", json.dumps(probe)]
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(MARKER)]

@@ -80,7 +80,7 @@ def group_of(spec: dict[str, Any]) -> str:
 def plan_cases(
     configs: Iterable[str], kinds: Iterable[str], *, quick: bool = False, runs: int = MIN_RUNS, warmup: int = 1,
     threads: int = 2, device: str = "cpu", dtype: str = "float32", seed: int = 0, overhead: bool = True,
-    low_precision: bool = True, capture: bool = True,
+    low_precision: bool = True, capture: bool = True, cached_compile: bool = True,
 ) -> list[dict[str, Any]]:
     """The case specs of one run, in execution order (machine limits first and last).
 
@@ -88,7 +88,9 @@ def plan_cases(
     ones (prefill at the largest shape, batch-1 cached decoding) and the accuracy case on the
     golden vectors, so their ratios come from one run; ``capture`` adds cached decoding with
     captured steps (``PLDRModel.compile_decode``: one compiled graph per step, a CUDA graph on
-    CUDA) beside every plain cached decoding row, in float32 and :data:`LOW_DTYPE`.
+    CUDA) beside every plain cached decoding row, in float32 and :data:`LOW_DTYPE`;
+    ``cached_compile`` has each of them also time its compile in a fresh process on the Inductor
+    cache it filled.
     """
     kinds = set(kinds)
     unknown = kinds - set(CASE_KINDS)
@@ -99,6 +101,7 @@ def plan_cases(
     seqs = QUICK["seqs"] if quick else PREFILL_SEQS
     prompt, new = (QUICK["prompt"], QUICK["new"]) if quick else (DECODE_PROMPT, DECODE_NEW)
     low = low_precision and dtype == "float32" and LOW_DTYPE
+    cap = {"capture": "compile", "cached_compile": cached_compile}
     cases: list[dict[str, Any]] = [{**base, "kind": "limits", "when": "start"}]
     ref = "reference" in kinds
     for cfg in configs:
@@ -130,11 +133,11 @@ def plan_cases(
                     cases.append({**dec, "impl": "eager"})
                     cases.append({**dec, "impl": "fused", "overhead": overhead and cached_b1})
                     if capture and mode != "nocache":  # captured steps (compile_decode)
-                        cases.append({**dec, "impl": "fused", "capture": "compile", "overhead": overhead and cached_b1})
+                        cases.append({**dec, "impl": "fused", **cap, "overhead": overhead and cached_b1})
                     if cached_b1 and low:
                         cases.append({**dec, "impl": "fused", "dtype": low})
                     if cached_b1 and low and capture:
-                        cases.append({**dec, "impl": "fused", "dtype": low, "capture": "compile"})
+                        cases.append({**dec, "impl": "fused", "dtype": low, **cap})
     if low and kinds & {"prefill", "decode"}:
         cases.append({**base, "kind": "accuracy", "dtype": low, "runs": 1, "warmup": 0})
     if "conformance" in kinds:

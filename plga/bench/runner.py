@@ -56,6 +56,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--only", default=None, metavar="TEXT[,TEXT…]",
                         help="run only the planned cases whose id contains one of these texts (the machine limits always run)")
     parser.add_argument("--no-capture", action="store_true", help="skip the captured-step decoding rows (compile_decode)")
+    parser.add_argument("--no-cached-compile", action="store_true",
+                        help="captured rows time only their cold compile, not also the compile from the disk cache in a fresh process")
     parser.add_argument("--out", default=None, help="write the results JSON here (atomically)")
     parser.add_argument("--quick", action="store_true", help="smoke run: tiny/small shapes, 2 runs (labelled: fewer than 5 runs)")
     parser.add_argument("--seed", type=int, default=0, help="weights and token seed (default 0)")
@@ -141,7 +143,8 @@ def bench_main(args: argparse.Namespace) -> int:
         raise UsageError("need --runs ≥ 1, --warmup ≥ 0, --threads ≥ 1")
     cases = plan_cases(configs, kinds, quick=args.quick, runs=runs, warmup=args.warmup, threads=args.threads,
                        device=args.device, dtype=args.dtype, seed=args.seed, overhead=not args.no_overhead,
-                       low_precision=not args.no_low_precision, capture=not args.no_capture)
+                       low_precision=not args.no_low_precision, capture=not args.no_capture,
+                       cached_compile=not args.no_cached_compile)
     if args.only:
         wanted = _csv(args.only)
         cases = [c for c in cases if c["kind"] == "limits" or any(w in c["id"] for w in wanted)]

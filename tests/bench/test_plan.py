@@ -15,7 +15,7 @@ def test_defaults_follow_the_issue():
     a = parse([])
     assert (a.runs, a.threads, a.device, a.dtype, a.warmup) == (5, 2, "cpu", "float32", 1)
     assert a.cases == "prefill,decode,reference,conformance,audit"
-    assert not (a.no_low_precision or a.no_capture or a.no_progress)
+    assert not (a.no_low_precision or a.no_capture or a.no_progress or a.no_cached_compile)
 
 
 def test_plan_full_matrix():
@@ -54,6 +54,10 @@ def test_low_precision_and_capture_rows():
     assert {c["batch"] for c in comp if c["dtype"] == "float32"} == {1, 8}
     assert all(c["impl"] == "fused" and "+compile" in c["id"] for c in comp)
     assert all(c.get("overhead", False) == (c["batch"] == 1 and c["dtype"] == "float32") for c in comp)
+    assert all(c["cached_compile"] for c in comp)  # each also times its compile from the disk cache
+    args = parse(["--no-cached-compile"])
+    assert args.no_cached_compile
+    assert not [c for c in P.plan_cases(["small"], ["decode"], cached_compile=False) if c.get("cached_compile", False)]
     assert [c["id"] for c in cases if c["kind"] == "accuracy"] == ["accuracy/golden@bfloat16"]
     assert [c for c in P.plan_cases(["small"], ["decode"], device="cuda") if c.get("capture")]  # CUDA graphs
     none = P.plan_cases(["small"], ["prefill", "decode"], low_precision=False, capture=False)
