@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import sys
 
-from plga.bench.report import format_limits, format_rows, format_targets
+from plga.bench.report import format_in_turn_bandwidth, format_limits, format_rows, format_targets
 from plga.bench.rows import Row, add_ratios
 from plga.bench.targets import evaluate_targets
 
@@ -25,7 +25,10 @@ def main(argv: list[str]) -> int:
     add_ratios(rows)
     print(format_targets(evaluate_targets(rows)))
     print()
-    print(format_limits(doc["limits"], doc.get("limits_end")))
+    print(format_limits(doc["limits"], doc.get("limits_end"), doc.get("limits_used")))
+    in_turn = format_in_turn_bandwidth(rows)
+    if in_turn:
+        print(in_turn)
     print()
     print(format_rows(rows))
     return 0

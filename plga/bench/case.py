@@ -11,7 +11,7 @@ covers the timed runs (weights included), not the set-up.
 waits for its permission (:class:`Gate`) before the set-up, before each timed run and before
 the work after the timed runs (prompt-pass timing, the overhead profile).
 
-Case keys: ``kind`` (limits | prefill | decode | accuracy | command), ``config``, ``impl`` (reference |
+Case keys: ``kind`` (limits | prefill | decode | bandwidth | accuracy | command), ``config``, ``impl`` (reference |
 eager | fused | collapsed), ``batch``, ``seq`` (prefill length or prompt length), ``logits``
 (all | last, prefill), ``mode`` (nocache | kv | kvg | collapsed, decode), ``new_tokens``,
 ``runs``, ``warmup``, ``warmup_shape`` (full | reduced: warm up on sequence ≤ 128 / 2 new
@@ -20,7 +20,8 @@ decoding loop's own overhead), ``capture`` ("compile": ``PLDRModel.compile_decod
 steps; the first warm-up call timed as the compile, on an empty Inductor cache),
 ``cached_compile`` (default true: a captured case, after its timed runs, starts itself again in
 a fresh process on the cache it filled, with ``compile_probe``, and reports that process's
-compile time too: what every later process of a user pays), ``argv`` (command: the command line to time).
+compile time too: what every later process of a user pays), ``argv`` (command: the command
+line to time), ``buffer_mib`` (bandwidth: the probe's buffer).
 """
 
 from __future__ import annotations
@@ -456,6 +457,14 @@ def run_case(spec: dict[str, Any], gate: Gate = OPEN) -> dict[str, Any]:
         from .machine import measure_limits
 
         out["limits"] = measure_limits(device=device, dtype=spec.get("dtype", "float32"), runs=max(runs, 5))
+        out["wall_s"] = time.perf_counter() - t_start
+        return out
+    if kind == "bandwidth":  # the read-bandwidth probe, its runs in turn with its decoding group's
+        from .machine import read_probe
+
+        nbytes, _, read = read_probe(device, int(spec.get("buffer_mib", 512)))
+        out["times_s"], _ = _time(read, runs, warmup, device, gate=gate)
+        out["bytes"] = nbytes
         out["wall_s"] = time.perf_counter() - t_start
         return out
     if kind == "accuracy":

@@ -4,9 +4,11 @@
   2·n³ FLOPs per product, through ``torch.matmul`` and, on the CPU, through the kernels' own
   GEMM (:func:`plga.kernels.gemm.linear`, oneDNN); the faster one's best (min-time) run is the
   roofline peak, and torch's rate is kept beside it (MKL's float32 on AMD runs at ~40 % of it).
-- bandwidth (CPU): a read-only reduction (``x.sum()``) over a buffer far larger than the
-  last-level cache (512 MiB), bytes = buffer size; and a copy (read + write, 2× bytes).
-  Batch-1 decoding is a stream of weight reads, so the read bandwidth is its bound.
+- bandwidth (CPU): a read-only reduction (``x.sum()``, :func:`read_probe`) over a buffer far
+  larger than the last-level cache (512 MiB), bytes = buffer size; and a copy (read + write,
+  2× bytes). Batch-1 decoding is a stream of weight reads, so the read bandwidth is its bound;
+  the decoding rows divide by the same probe timed in turn with their group's runs (a host's
+  bandwidth moves by tens of percent between minutes), these figures where none was.
 - diagnostics: matrix-vector products over a [32000, 896] float32 matrix (the paper-110m
   vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
   in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), and in the kernels'
@@ -57,6 +59,16 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
+def read_probe(device: str, buffer_mib: int = 512) -> tuple[int, Any, Callable[[], Any]]:
+    """(bytes, buffer, fn): one call of ``fn`` reads the whole float32 buffer once (a ``sum``),
+    the read bandwidth's workload here and in the decoding groups' in-turn probe."""
+    import torch
+
+    n = buffer_mib * 1024 * 1024 // 4
+    x = torch.ones(n, device=torch.device(device), dtype=torch.float32)
+    return n * 4, x, x.sum
+
+
 def measure_limits(
     *, device: str = "cpu", dtype: str = "float32", runs: int = 5, matmul_n: int = 2048, buffer_mib: int = 512
 ) -> dict[str, Any]:
@@ -89,15 +101,13 @@ def measure_limits(
             "torch_matmul_gflops_best": torch_gflops,
         }
         del a, b, bt
-    n = buffer_mib * 1024 * 1024 // 4
-    x = torch.ones(n, device=dev, dtype=torch.float32)
-    nbytes = n * 4
-    ts = time_runs(lambda x=x: x.sum(), runs, 2, device)
+    nbytes, x, read = read_probe(device, buffer_mib)
+    ts = time_runs(read, runs, 2, device)
     out["read"] = {**summary(ts), "gbps_best": nbytes / min(ts) / 1e9, "gbps_median": nbytes / statistics.median(ts) / 1e9}
     y = torch.empty_like(x)
     ts = time_runs(lambda x=x, y=y: y.copy_(x), runs, 2, device)
     out["copy"] = {**summary(ts), "gbps_best": 2 * nbytes / min(ts) / 1e9, "gbps_median": 2 * nbytes / statistics.median(ts) / 1e9}
-    del x, y
+    del x, y, read
     w = torch.randn(32000, 896, generator=gen).to(dev)
     wt = w.t().contiguous()
     v = torch.randn(1, 896, generator=gen).to(dev)
@@ -160,4 +170,4 @@ def best_of(start: dict[str, Any], end: dict[str, Any] | None) -> dict[str, Any]
     return out
 
 
-__all__ = ["best_of", "measure_limits", "summary", "time_runs"]
+__all__ = ["best_of", "measure_limits", "read_probe", "summary", "time_runs"]

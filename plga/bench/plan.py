@@ -1,7 +1,7 @@
 """Planning a ``plga bench`` run: which cases, in which order, and what each should cost.
 
 A case is a plain JSON object (it travels to its own process, :mod:`.case`) with the keys
-``kind`` (limits | prefill | decode | accuracy | command), ``config``, ``impl``, ``dtype``, ``batch``,
+``kind`` (limits | prefill | decode | bandwidth | accuracy | command), ``config``, ``impl``, ``dtype``, ``batch``,
 ``seq``, ``logits``, ``mode``, ``new_tokens``, ``capture`` and the run settings. Implementations:
 
 - ``reference``: the float64 NumPy reference (:mod:`plga.reference.decoder`);
@@ -10,7 +10,9 @@ A case is a plain JSON object (it travels to its own process, :mod:`.case`) with
 - ``fused``: the kernels' fused path (SDPA on q' = q G, packed weights, last-position logits);
 - ``collapsed``: the fused path on a collapsed model (constant per-layer G, no metric learner).
 
-Cases of one group (:func:`group_of`) take their timed runs in turn (:mod:`.interleave`).
+Cases of one group (:func:`group_of`) take their timed runs in turn (:mod:`.interleave`). Each
+decoding group also holds a ``bandwidth`` case, the read-bandwidth probe of the machine limits
+timed in turn with the group's runs: the bound its rows' bandwidth fractions divide by.
 Nothing here imports torch.
 """
 
@@ -34,6 +36,8 @@ QUICK = {"configs": ("tiny", "small"), "batches": (1, 8), "seqs": (32, 64), "pro
 MIN_RUNS = 5
 #: A case whose single run is estimated above this many seconds warms up on a reduced shape.
 LONG_RUN_S = 8.0
+#: The read-bandwidth probe's buffer: far larger than the last-level cache.
+BANDWIDTH_BUFFER_MIB = 512
 
 
 def config_of(name: str) -> Any:
@@ -54,6 +58,8 @@ def case_id(spec: dict[str, Any]) -> str:
         return spec.get("name", "conformance/quick")
     if spec["kind"] == "accuracy":
         return f"accuracy/golden@{spec['dtype']}"
+    if spec["kind"] == "bandwidth":
+        return f"{spec['config']}/decode/{spec['mode']}/read-bandwidth"
     impl = spec["impl"] + ("+" + spec["capture"] if spec.get("capture") else "")
     if spec.get("dtype", "float32") != "float32" and spec["impl"] != "reference":
         impl += "@" + spec["dtype"]
@@ -70,7 +76,7 @@ def group_of(spec: dict[str, Any]) -> str:
     case alone."""
     if spec["kind"] == "prefill":
         return f"{spec['config']}/prefill/b{spec['batch']}s{spec['seq']}"
-    if spec["kind"] == "decode":
+    if spec["kind"] in ("decode", "bandwidth"):
         return f"{spec['config']}/decode/{spec['mode']}"
     if spec["kind"] == "command" and spec.get("name", "").startswith("audit/"):
         return "audit"
@@ -125,6 +131,8 @@ def plan_cases(
                     if b > 1 and mode == "nocache":
                         continue  # full recompute at batch 8: 8× the cost of the slowest row, no target
                     dec = {**base, "kind": "decode", "config": cfg, "batch": b, "seq": prompt, "new_tokens": new, "mode": mode}
+                    if "decode" in kinds and b == dec_batches[0]:  # the group's bandwidth, timed in turn with it
+                        cases.append({**base, "kind": "bandwidth", "config": cfg, "mode": mode, "buffer_mib": BANDWIDTH_BUFFER_MIB})
                     if ref and b == 1:
                         cases.append({**dec, "impl": "reference"})
                     if "decode" not in kinds:
@@ -220,6 +228,6 @@ def skip_reason(spec: dict[str, Any], limits: dict[str, Any], reference_budget_s
 
 
 __all__ = [
-    "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
+    "BANDWIDTH_BUFFER_MIB", "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
     "config_of", "estimate_reference_seconds", "estimate_seconds", "group_of", "plan_cases", "skip_reason",
 ]

@@ -19,7 +19,7 @@ SCHEMA = "plga-bench/2"
 _ROW_OK_REQUIRED = {"runs": int, "times_s": list, "median_s": float, "min_s": float, "max_s": float, "meets_runs_rule": bool}
 _ROW_TIMED_REQUIRED = {"flops": int, "gflops_per_s": float, "tokens_per_s": float}
 _NON_NEGATIVE = ("roofline_fraction", "bandwidth_fraction", "loop_overhead_fraction", "speedup_vs_eager", "memory_vs_eager",
-                 "speedup_vs_fused", "compile_s", "compile_cached_s")
+                 "speedup_vs_fused", "compile_s", "compile_cached_s", "read_gbps")
 
 
 def _is(v: Any, typ: type) -> bool:
@@ -169,6 +169,17 @@ def format_limits(limits: dict[str, Any], end: dict[str, Any] | None = None, use
     return out
 
 
+def format_in_turn_bandwidth(rows: list[Row]) -> str:
+    """One line: the read bandwidth each decoding group measured in turn with its runs (what its
+    batch-1 rows' bandwidth fractions divide by); empty when no probe ran."""
+    probes = [r for r in rows if r.kind == "bandwidth"]
+    if not probes:
+        return ""
+    cells = [f"{r.config} {r.mode} " + (f"{r.read_gbps:.1f}" if r.ok and r.read_gbps else r.status) for r in probes]
+    return ("read bandwidth timed in turn with each decoding group (GB/s; its batch-1 rows' bandwidth fractions divide by it): "
+            + ", ".join(cells))
+
+
 def _show(v: float | None, unit: str, as_pct: bool) -> str:
     if as_pct:
         return _pct(v)
@@ -212,6 +223,9 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         "",
         format_limits(doc["limits"], doc.get("limits_end"), doc.get("limits_used")),
     ]
+    in_turn = format_in_turn_bandwidth(rows)
+    if in_turn:
+        parts.append(in_turn)
     acc = format_accuracy(rows)
     if acc:
         parts.append(acc)
@@ -221,11 +235,14 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         "",
         "tok/s: prefill B·S/median; decode rows: decode-phase tokens/s (B / step time, step = (generate − prompt pass)/(N−1)). "
         "* = fewer than 5 runs. × fused f32: the float32 fused row's median ÷ this row's (bf16 and compiled rows). "
-        "roofline = achieved GFLOP/s ÷ matmul peak of the row's dtype; BW bound = (weight bytes per step ÷ read bandwidth) ÷ step time. "
+        "roofline = achieved GFLOP/s ÷ matmul peak of the row's dtype; BW bound = (weight bytes per step ÷ read bandwidth) ÷ step time, "
+        "the read bandwidth of the row's decoding group, timed in turn with it. "
         "compile s: the captured row's first call on an empty Inductor cache, less its second; cached s: the same in a fresh "
         "process on the cache the row filled (what a later run pays).",
     ]
     return "\n".join(parts)
 
 
-__all__ = ["SCHEMA", "format_limits", "format_report", "format_rows", "format_targets", "validate_document"]
+__all__ = [
+    "SCHEMA", "format_in_turn_bandwidth", "format_limits", "format_report", "format_rows", "format_targets", "validate_document",
+]

@@ -67,6 +67,11 @@ class Row:
     cache_bytes_per_step: int | None = None
     bandwidth_bound_s: float | None = None
     bandwidth_fraction: float | None = None
+    #: the read bandwidth a decoding row's bound divides by (GB/s) and where it was measured:
+    #: "in turn" (its group's probe), or "limits" (the run's machine limits, where no probe ran);
+    #: on a bandwidth row, the probe's own best run
+    read_gbps: float | None = None
+    read_gbps_source: str | None = None
     step_compute_s: float | None = None
     loop_overhead_fraction: float | None = None
     loop_overhead_pairs: list[float] | None = None  # each pair's 1 − compute ÷ wall, unclipped
@@ -129,6 +134,9 @@ def derive_row(raw: dict[str, Any], limits: dict[str, Any]) -> Row:
     )
     if raw.get("compile_cached_error"):
         row.unmeasured = {"compile_cached_s": raw["compile_cached_error"]}
+    if spec["kind"] == "bandwidth":
+        row.read_gbps, row.read_gbps_source = raw["bytes"] / min(times) / 1e9, "in turn"
+        return row
     if spec["kind"] in ("command", "accuracy"):
         for name in ("logits_max_abs_error", "logits_error_bound", "logits_error_ratio", "greedy_agreement", "greedy_note"):
             setattr(row, name, raw.get(name))
@@ -174,6 +182,8 @@ def _derive_decode(row: Row, raw: dict[str, Any], spec: dict[str, Any], limits: 
     )
     row.cache_bytes_per_step = FL.decode_cache_bytes(c, mode, spec["seq"] + n // 2, bytes_per_value=bpp, batch=b)
     bw = limits.get("bandwidth_gbps")
+    if bw and b == 1:
+        row.read_gbps, row.read_gbps_source = bw, limits.get("bandwidth_source", "limits")
     if step and bw and b == 1:
         row.bandwidth_bound_s = FL.bandwidth_bound_s(row.weight_bytes_per_step, bw)
         row.bandwidth_fraction = FL.bandwidth_fraction(row.weight_bytes_per_step, step, bw)

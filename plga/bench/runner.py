@@ -54,7 +54,8 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--dtype", choices=("float32", "bfloat16"), default="float32")
     parser.add_argument("--no-low-precision", action="store_true", help="skip the bfloat16 fused rows a float32 run adds")
     parser.add_argument("--only", default=None, metavar="TEXT[,TEXT…]",
-                        help="run only the planned cases whose id contains one of these texts (the machine limits always run)")
+                        help="run only the planned cases whose id contains one of these texts (the machine limits always run, "
+                             "and a decoding group's bandwidth probe with any of its cases)")
     parser.add_argument("--no-capture", action="store_true", help="skip the captured-step decoding rows (compile_decode)")
     parser.add_argument("--no-cached-compile", action="store_true",
                         help="captured rows time only their cold compile, not also the compile from the disk cache in a fresh process")
@@ -147,7 +148,9 @@ def bench_main(args: argparse.Namespace) -> int:
                        cached_compile=not args.no_cached_compile)
     if args.only:
         wanted = _csv(args.only)
-        cases = [c for c in cases if c["kind"] == "limits" or any(w in c["id"] for w in wanted)]
+        kept = [c for c in cases if c["kind"] == "limits" or any(w in c["id"] for w in wanted)]
+        groups = {c["group"] for c in kept if c["kind"] == "decode"}  # a kept decoding group keeps its bandwidth probe
+        cases = [c for c in cases if c in kept or (c["kind"] == "bandwidth" and c["group"] in groups)]
     argv = {"conformance/quick": _conformance_argv(args.conformance_cmd) if "conformance" in kinds else None}
     import signal
     import threading
@@ -173,7 +176,8 @@ def _run_cases(
     """Run every case, group by group (:mod:`.interleave`) → (limits at start, limits at end,
     the limits the fractions divide by, rows in plan order). Rows are derived as their cases
     finish (for the partial file), and again at the end against :func:`.machine.best_of` the
-    two limit measurements."""
+    two limit measurements, a decoding row's bandwidth bound against its group's in-turn probe
+    (the limits' read bandwidth where the probe did not run)."""
     limits: dict[str, Any] = {}
     limits_end: dict[str, Any] | None = None
     rows: dict[int, Row] = {}
@@ -222,15 +226,23 @@ def _run_cases(
                 if spec["kind"] in ("prefill", "decode") and spec.get("impl") != "reference":
                     spec["warmup_shape"] = "reduced" if estimate_seconds(spec, limits) > LONG_RUN_S else "full"
                 runnable.append(spec)
+            if runnable and all(spec["kind"] == "bandwidth" for spec in runnable):  # a probe with nothing to divide
+                for spec in runnable:
+                    rows[index[spec["id"]]] = not_run(spec, "skipped", "no decoding case of its group runs")
+                    log(spec, "skipped (no decoding case of its group runs)")
+                runnable = []
             if runnable:
                 started = time.perf_counter()
                 run_group(runnable, args.case_timeout_s, args.threads,
                           functools.partial(done, started=started, group_size=len(runnable)),
                           step=lambda spec: progress.set_postfix_str(spec["id"]))
     used = best_of(limits, limits_end) if limits else None
-    if used and limits_end:
-        for i, raw in raws.items():
-            rows[i] = derive_row(raw, used)
+    in_turn = {cases[i]["group"]: r.read_gbps for i, r in rows.items() if r.kind == "bandwidth" and r.ok}
+    for i, raw in raws.items():  # against the higher limits, and each decoding group's own bandwidth
+        lim = used or limits
+        if cases[i]["kind"] == "decode" and cases[i]["group"] in in_turn:
+            lim = {**lim, "bandwidth_gbps": in_turn[cases[i]["group"]], "bandwidth_source": "in turn"}
+        rows[i] = derive_row(raw, lim)
     return limits, limits_end, used, [rows[i] for i in sorted(rows)]
 
 

@@ -170,7 +170,7 @@ def _targets() -> tuple[Target, ...]:
     for cfg in ("small", "paper-110m"):
         for mode in CACHED_MODES:
             out.append(Target(f"bw/{cfg}/{mode}", f"decode b1 {mode} @ {cfg}, captured: fraction of bandwidth bound", ">=", 0.80, "",
-                              "(weight bytes per step ÷ read bandwidth) ÷ step time, captured-step row",
+                              "(weight bytes per step ÷ read bandwidth timed in turn with the row's group) ÷ step time, captured-step row",
                               field("bandwidth_fraction", **_decode(cfg, mode, **cap))))
         for mode in CACHED_MODES:
             out.append(Target(f"overhead/{cfg}/{mode}", f"decode b1 {mode} @ {cfg}, captured: loop overhead fraction of a step", "<=", 0.05,

@@ -122,3 +122,8 @@ def test_a_failed_cached_compile_probe_is_reported_not_fatal(monkeypatch):
     raw = {"spec": {"id": "x", "kind": "command", "argv": []}, "status": "ok", "times_s": [1.0],
            "compile_cached_s": None, "compile_cached_error": "the cached-compile probe failed: exit 1: boom"}
     assert derive_row(raw, {}).unmeasured == {"compile_cached_s": "the cached-compile probe failed: exit 1: boom"}
+
+
+def test_a_bandwidth_probe_reads_its_buffer():
+    out = run_case({"kind": "bandwidth", "config": "tiny", "mode": "kv", "buffer_mib": 8, "runs": 2, "warmup": 1})
+    assert out["bytes"] == 8 * 2**20 and len(out["times_s"]) == 2 and all(t > 0 for t in out["times_s"])

@@ -106,3 +106,16 @@ def test_groups_hold_the_cases_of_each_ratio():
     # another mode, config or shape is another group
     assert "small/decode/kv/fused/b1s128n64" not in groups["small/decode/kvg"]
     assert not any(i.startswith("small/") for i in groups["paper-110m/prefill/b1s128"])
+
+
+def test_every_decoding_group_holds_its_bandwidth_probe():
+    """One read-bandwidth probe per (config, decoding mode), in the group of that mode's cases and
+    ahead of them (it sets up first); none without decoding cases."""
+    cases = P.plan_cases(["small", "paper-110m"], ["prefill", "decode"])
+    probes = [c for c in cases if c["kind"] == "bandwidth"]
+    assert {(c["config"], c["mode"]) for c in probes} == {(cfg, m) for cfg in ("small", "paper-110m") for m in P.DECODE_MODES}
+    for p in probes:
+        group = [c for c in cases if c["group"] == p["group"]]
+        assert group[0] is p and all(c["kind"] == "decode" for c in group[1:]) and len(group) > 1
+        assert p["id"] == f"{p['config']}/decode/{p['mode']}/read-bandwidth" and p["buffer_mib"] == P.BANDWIDTH_BUFFER_MIB
+    assert not [c for c in P.plan_cases(["small"], ["prefill", "reference"]) if c["kind"] == "bandwidth"]

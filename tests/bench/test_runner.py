@@ -153,6 +153,7 @@ def test_only_runs_the_matching_cases(monkeypatch, capsys):
         "small/decode/kvg/fused+compile/b1s128n64", "small/decode/kvg/fused+compile/b8s128n64",
         "small/decode/kvg/fused@bfloat16/b1s128n64", "small/decode/kvg/fused+compile@bfloat16/b1s128n64",
         "small/prefill/fused@bfloat16/b8s1024/last",
+        "small/decode/kvg/read-bandwidth",  # the kept decoding group's bandwidth probe
     }
     capsys.readouterr()
 
@@ -196,3 +197,38 @@ def test_best_of_keeps_the_start_where_it_was_higher():
     used = best_of(LIMITS, high_end)
     assert used["bandwidth_gbps"] == 30.0 and used["read"]["gbps_best"] == 30.0 and "read" in used["fractions_from"]
     assert LIMITS["bandwidth_gbps"] == 20.0  # the start's record is not changed
+
+
+def test_decoding_rows_divide_by_their_groups_in_turn_bandwidth(monkeypatch, tmp_path, capsys):
+    """Each decoding group's read-bandwidth probe (2× the limits' reading here) is the bound of
+    its batch-1 rows; a group whose probe failed falls back to the limits, and says so."""
+    from .helpers import LIMITS
+
+    def run(spec, timeout_s, threads):
+        if spec["kind"] == "bandwidth" and spec["mode"] == "kvg":
+            return {"spec": spec, "status": "error", "reason": "killed"}
+        return fake_run(spec, timeout_s, threads)
+
+    monkeypatch.setattr(R, "run_group", per_case(run))
+    out = tmp_path / "bench.json"
+    assert bench_main(parse(["--config", "small", "--cases", "decode", "--out", str(out), "--no-progress",
+                             "--no-low-precision", "--no-capture", "--only", "small/decode/kv/fused"])) == 0
+    doc = json.loads(out.read_text())
+    assert validate_document(doc) == []
+    probes = {r["id"]: r for r in doc["rows"] if r["kind"] == "bandwidth"}
+    assert set(probes) == {"small/decode/kv/read-bandwidth"}  # kept with its group's kept case
+    assert probes["small/decode/kv/read-bandwidth"]["read_gbps"] == pytest.approx(40.0)
+    kv = next(r for r in doc["rows"] if r["id"] == "small/decode/kv/fused/b1s128n64")
+    assert (kv["read_gbps"], kv["read_gbps_source"]) == (pytest.approx(40.0), "in turn")
+    assert kv["bandwidth_fraction"] == pytest.approx(kv["weight_bytes_per_step"] / 40e9 / kv["step_s"])
+    text = capsys.readouterr().out
+    assert "read bandwidth timed in turn with each decoding group" in text and "small kv 40.0" in text
+
+    out2 = tmp_path / "bench2.json"  # the kvg probe fails: its rows divide by the limits' reading
+    assert bench_main(parse(["--config", "small", "--cases", "decode", "--out", str(out2), "--no-progress",
+                             "--no-low-precision", "--no-capture", "--only", "small/decode/kvg/fused"])) == 1
+    doc = json.loads(out2.read_text())
+    kvg = next(r for r in doc["rows"] if r["id"] == "small/decode/kvg/fused/b1s128n64")
+    assert (kvg["read_gbps"], kvg["read_gbps_source"]) == (LIMITS["bandwidth_gbps"], "limits")
+    assert kvg["bandwidth_fraction"] == pytest.approx(kvg["weight_bytes_per_step"] / 20e9 / kvg["step_s"])
+    assert "small kvg error" in capsys.readouterr().out
