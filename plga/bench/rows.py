@@ -184,9 +184,9 @@ def _derive_decode(row: Row, raw: dict[str, Any], spec: dict[str, Any], limits: 
     bw = limits.get("bandwidth_gbps")
     if bw and b == 1:
         row.read_gbps, row.read_gbps_source = bw, limits.get("bandwidth_source", "limits")
-    if step and bw and b == 1:
-        row.bandwidth_bound_s = FL.bandwidth_bound_s(row.weight_bytes_per_step, bw)
-        row.bandwidth_fraction = FL.bandwidth_fraction(row.weight_bytes_per_step, step, bw)
+        if step:
+            row.bandwidth_bound_s = FL.bandwidth_bound_s(row.weight_bytes_per_step, bw)
+            row.bandwidth_fraction = FL.bandwidth_fraction(row.weight_bytes_per_step, step, bw)
     pairs = raw.get("overhead_pairs")
     if pairs and n > 1 and mode != "nocache":
         # each pair: a step's compute in a profiled run ÷ a step's wall time in the runs beside it
