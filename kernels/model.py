@@ -128,9 +128,9 @@ class PLDRModel(nn.Module):
     #: whole step one compiled graph on static shapes; a CUDA graph on CUDA), and one-row
     #: products on the CPU run the compiled row GEMV (:func:`plga.kernels.packed.rows_gemv`).
     #: Costs one compilation per (batch, cache capacity, mode) — tens of seconds, cached on disk
-    #: across processes — so it pays off on long generations (``plga bench`` measures the
-    #: break-even). The captured step is certified like the rest: ``plga conformance --impl
-    #: kernels-captured``.
+    #: across processes (a later process compiles in a few seconds) — so it pays off on long
+    #: generations (``plga bench`` measures both compile times and the break-even). The
+    #: captured step is certified like the rest: ``plga conformance --impl kernels-captured``.
     compile_decode: bool = False
     #: Intra-op threads of the vocabulary projection (None: the process setting). A caller that
     #: runs the model's many small operations on fewer threads than the machine has (the
