@@ -21,7 +21,7 @@ steps; the first warm-up call timed as the compile, on an empty Inductor cache),
 ``cached_compile`` (default true: a captured case, after its timed runs, starts itself again in
 a fresh process on the cache it filled, with ``compile_probe``, and reports that process's
 compile time too: what every later process of a user pays), ``argv`` (command: the command
-line to time), ``buffer_mib`` (bandwidth: the probe's buffer).
+line to time), ``buffer_bytes`` (bandwidth: the probe's buffer).
 """
 
 from __future__ import annotations
@@ -462,7 +462,7 @@ def run_case(spec: dict[str, Any], gate: Gate = OPEN) -> dict[str, Any]:
     if kind == "bandwidth":  # the read-bandwidth probe, its runs in turn with its decoding group's
         from .machine import read_probe
 
-        nbytes, _, read = read_probe(device, int(spec.get("buffer_mib", 512)))
+        nbytes, _, read = read_probe(device, int(spec["buffer_bytes"]))
         out["times_s"], _ = _time(read, runs, warmup, device, gate=gate)
         out["bytes"] = nbytes
         out["wall_s"] = time.perf_counter() - t_start

@@ -11,8 +11,9 @@ A case is a plain JSON object (it travels to its own process, :mod:`.case`) with
 - ``collapsed``: the fused path on a collapsed model (constant per-layer G, no metric learner).
 
 Cases of one group (:func:`group_of`) take their timed runs in turn (:mod:`.interleave`). Each
-decoding group also holds a ``bandwidth`` case, the read-bandwidth probe of the machine limits
-timed in turn with the group's runs: the bound its rows' bandwidth fractions divide by.
+decoding group also holds a ``bandwidth`` case, a read-bandwidth probe over a buffer the size of
+the group's float32 weights (:func:`probe_bytes`) timed in turn with the group's runs: the bound
+its rows' bandwidth fractions divide by.
 Nothing here imports torch.
 """
 
@@ -36,8 +37,6 @@ QUICK = {"configs": ("tiny", "small"), "batches": (1, 8), "seqs": (32, 64), "pro
 MIN_RUNS = 5
 #: A case whose single run is estimated above this many seconds warms up on a reduced shape.
 LONG_RUN_S = 8.0
-#: The read-bandwidth probe's buffer: far larger than the last-level cache.
-BANDWIDTH_BUFFER_MIB = 512
 
 
 def config_of(name: str) -> Any:
@@ -48,6 +47,13 @@ def config_of(name: str) -> Any:
         return PLDRConfig.from_name(name)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def probe_bytes(config_name: str, mode: str) -> int:
+    """The buffer a decoding group's bandwidth probe reads: the float32 weight bytes of its
+    batch-1 step (:func:`~plga.bench.flops.decode_weight_bytes`), so the probe's reads sit in
+    the same level of the memory hierarchy as the weights'."""
+    return FL.decode_weight_bytes(config_of(config_name), mode)
 
 
 def case_id(spec: dict[str, Any]) -> str:
@@ -132,7 +138,8 @@ def plan_cases(
                         continue  # full recompute at batch 8: 8× the cost of the slowest row, no target
                     dec = {**base, "kind": "decode", "config": cfg, "batch": b, "seq": prompt, "new_tokens": new, "mode": mode}
                     if "decode" in kinds and b == dec_batches[0]:  # the group's bandwidth, timed in turn with it
-                        cases.append({**base, "kind": "bandwidth", "config": cfg, "mode": mode, "buffer_mib": BANDWIDTH_BUFFER_MIB})
+                        cases.append({**base, "kind": "bandwidth", "config": cfg, "mode": mode,
+                                      "buffer_bytes": probe_bytes(cfg, mode)})
                     if ref and b == 1:
                         cases.append({**dec, "impl": "reference"})
                     if "decode" not in kinds:
@@ -228,6 +235,6 @@ def skip_reason(spec: dict[str, Any], limits: dict[str, Any], reference_budget_s
 
 
 __all__ = [
-    "BANDWIDTH_BUFFER_MIB", "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id",
+    "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id", "probe_bytes",
     "config_of", "estimate_reference_seconds", "estimate_seconds", "group_of", "plan_cases", "skip_reason",
 ]

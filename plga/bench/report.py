@@ -176,7 +176,8 @@ def format_in_turn_bandwidth(rows: list[Row]) -> str:
     if not probes:
         return ""
     cells = [f"{r.config} {r.mode} " + (f"{r.read_gbps:.1f}" if r.ok and r.read_gbps else r.status) for r in probes]
-    return ("read bandwidth timed in turn with each decoding group (GB/s; its batch-1 rows' bandwidth fractions divide by it): "
+    return ("read bandwidth timed in turn with each decoding group over a buffer the size of its float32 weights "
+            "(GB/s; its batch-1 rows' bandwidth fractions divide by it): "
             + ", ".join(cells))
 
 
@@ -236,7 +237,7 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         "tok/s: prefill B·S/median; decode rows: decode-phase tokens/s (B / step time, step = (generate − prompt pass)/(N−1)). "
         "* = fewer than 5 runs. × fused f32: the float32 fused row's median ÷ this row's (bf16 and compiled rows). "
         "roofline = achieved GFLOP/s ÷ matmul peak of the row's dtype; BW bound = (weight bytes per step ÷ read bandwidth) ÷ step time, "
-        "the read bandwidth of the row's decoding group, timed in turn with it. "
+        "the read bandwidth of the row's decoding group, timed in turn with it over a buffer the size of the group's float32 weights. "
         "compile s: the captured row's first call on an empty Inductor cache, less its second; cached s: the same in a fresh "
         "process on the cache the row filled (what a later run pays).",
     ]

@@ -11,6 +11,7 @@ from plga.reference.config import PLDRConfig
 torch = pytest.importorskip("torch")
 
 from plga.bench.case import eager_generate, run_case  # noqa: E402
+from plga.bench.machine import PROBE_MIN_READ, read_probe  # noqa: E402
 
 
 def test_eager_baseline_decodes_the_same_tokens():
@@ -125,5 +126,15 @@ def test_a_failed_cached_compile_probe_is_reported_not_fatal(monkeypatch):
 
 
 def test_a_bandwidth_probe_reads_its_buffer():
-    out = run_case({"kind": "bandwidth", "config": "tiny", "mode": "kv", "buffer_mib": 8, "runs": 2, "warmup": 1})
-    assert out["bytes"] == 8 * 2**20 and len(out["times_s"]) == 2 and all(t > 0 for t in out["times_s"])
+    out = run_case({"kind": "bandwidth", "config": "tiny", "mode": "kv", "buffer_bytes": 2**20, "runs": 2, "warmup": 1})
+    assert out["bytes"] == PROBE_MIN_READ and len(out["times_s"]) == 2 and all(t > 0 for t in out["times_s"])
+
+
+def test_the_read_probe_repeats_only_a_buffer_smaller_than_its_minimum_read():
+    """A buffer of at least PROBE_MIN_READ bytes is read once per call, a smaller one as often as
+    it takes; the byte count returned is what one call reads (a mismatch would scale every bound)."""
+    big = PROBE_MIN_READ + 4 * 2**20
+    nbytes, x, read = read_probe("cpu", big)
+    assert nbytes == big == x.numel() * 4 and float(read()) == x.numel()
+    nbytes, x, read = read_probe("cpu", 3 * 2**20)
+    assert nbytes == 3 * 2**20 * -(-PROBE_MIN_READ // (3 * 2**20)) and float(read()) == x.numel()

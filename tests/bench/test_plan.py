@@ -117,5 +117,5 @@ def test_every_decoding_group_holds_its_bandwidth_probe():
     for p in probes:
         group = [c for c in cases if c["group"] == p["group"]]
         assert group[0] is p and all(c["kind"] == "decode" for c in group[1:]) and len(group) > 1
-        assert p["id"] == f"{p['config']}/decode/{p['mode']}/read-bandwidth" and p["buffer_mib"] == P.BANDWIDTH_BUFFER_MIB
+        assert p["id"] == f"{p['config']}/decode/{p['mode']}/read-bandwidth" and p["buffer_bytes"] == P.probe_bytes(p["config"], p["mode"])
     assert not [c for c in P.plan_cases(["small"], ["prefill", "reference"]) if c["kind"] == "bandwidth"]
