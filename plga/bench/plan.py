@@ -235,6 +235,20 @@ def skip_reason(spec: dict[str, Any], limits: dict[str, Any], reference_budget_s
 
 
 __all__ = [
-    "CACHED_MODES", "CASE_KINDS", "DECODE_MODES", "LONG_RUN_S", "LOW_DTYPE", "MIN_RUNS", "QUICK", "case_flops", "case_id", "probe_bytes",
-    "config_of", "estimate_reference_seconds", "estimate_seconds", "group_of", "plan_cases", "skip_reason",
+    "CACHED_MODES",
+    "CASE_KINDS",
+    "DECODE_MODES",
+    "LONG_RUN_S",
+    "LOW_DTYPE",
+    "MIN_RUNS",
+    "QUICK",
+    "case_flops",
+    "case_id",
+    "config_of",
+    "estimate_reference_seconds",
+    "estimate_seconds",
+    "group_of",
+    "plan_cases",
+    "probe_bytes",
+    "skip_reason",
 ]
