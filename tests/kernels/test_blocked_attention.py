@@ -28,7 +28,9 @@ from .policy import (
 
 @pytest.fixture
 def blocked_calls(monkeypatch):
-    """Counts the calls of the blocked path."""
+    """Counts the calls of the blocked path, on a CPU taken to lack AMX tiles (where the path
+    serves), whatever this host has."""
+    monkeypatch.setattr(KF, "cpu_has_amx", lambda: False)
     calls = []
     real = KF.blocked_attention
 
@@ -88,8 +90,8 @@ def test_blocked_path_within_policy(case, workspace, blocked_calls, monkeypatch)
             assert not within_policy(top_left, truth, base)
 
 
-@pytest.mark.parametrize("change", ["fewer queries", "fewer scores", "padding", "float32", "autograd", "G = None", "G = I"])
-def test_flash_kernel_elsewhere(change, blocked_calls):
+@pytest.mark.parametrize("change", ["fewer queries", "fewer scores", "padding", "float32", "autograd", "G = None", "G = I", "AMX"])
+def test_flash_kernel_elsewhere(change, blocked_calls, monkeypatch):
     """One change from the smallest blocked case keeps torch's flash kernel."""
     b, h, s = 2, 8, 64
     q, k, v, G = _bf16_inputs(1, b, h, s, s, 16, 16, "heads")
@@ -106,6 +108,8 @@ def test_flash_kernel_elsewhere(change, blocked_calls):
         q, k, v, G = (x.float() for x in (q, k, v, G))
     elif change == "autograd":
         q.requires_grad_(True)
+    elif change == "AMX":  # the flash kernel's bfloat16 products run on the tiles: faster at every size
+        monkeypatch.setattr(KF, "cpu_has_amx", lambda: True)
     elif change == "G = None":  # PLGA at G = I is SDPA: the flash kernel keeps it bit for bit
         G = None
     else:
@@ -143,3 +147,13 @@ def test_bfloat16_decoder_with_blocked_attention_within_policy(blocked_calls, mo
     with torch.inference_mode():
         leaky = model(torch.as_tensor(tokens)).logits
     assert not within_policy(leaky, truth, base, k=K_CHAIN)
+
+
+def test_the_amx_question_matches_the_cpu_flags():
+    """:func:`cpu_has_amx` answers what the kernel says of this CPU (Linux: the amx_tile flag)."""
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = next(line for line in fh if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags on this host")
+    assert KF.cpu_has_amx() is ("amx_tile" in flags)
