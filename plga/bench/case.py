@@ -171,6 +171,27 @@ def _time(
     return times, out
 
 
+def _time_readers(
+    readers: dict[str, Callable[[], Any]], runs: int, warmup: int, device: str, gate: Gate = OPEN
+) -> dict[str, list[float]]:
+    """Seconds of ``runs`` calls of every reader, one call of each per timed run (a run starts
+    when ``gate`` opens), after ``warmup`` untimed calls of each."""
+    sync = _sync(device)
+    for fn in readers.values():
+        for _ in range(warmup):
+            fn()
+    sync()
+    times: dict[str, list[float]] = {name: [] for name in readers}
+    for _ in range(runs):
+        gate.wait()
+        for name, fn in readers.items():
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            times[name].append(time.perf_counter() - t0)
+    return times
+
+
 def _tokens(vocab: int, batch: int, seq: int, seed: int) -> Any:
     """Seeded ids in [1, vocab): no padding (id 0), the same for every impl of a workload."""
     import numpy as np
@@ -460,11 +481,11 @@ def run_case(spec: dict[str, Any], gate: Gate = OPEN) -> dict[str, Any]:
         out["wall_s"] = time.perf_counter() - t_start
         return out
     if kind == "bandwidth":  # the read-bandwidth probe, its runs in turn with its decoding group's
-        from .machine import read_probe
+        from .machine import read_probes
 
-        nbytes, _, read = read_probe(device, int(spec["buffer_bytes"]))
-        out["times_s"], _ = _time(read, runs, warmup, device, gate=gate)
-        out["bytes"] = nbytes
+        out["bytes"], readers = read_probes(device, int(spec["buffer_bytes"]))
+        out["reader_times_s"] = _time_readers(readers, runs, warmup, device, gate)
+        out["times_s"] = [min(ts) for ts in zip(*out["reader_times_s"].values(), strict=True)]  # the faster reader of each round
         out["wall_s"] = time.perf_counter() - t_start
         return out
     if kind == "accuracy":

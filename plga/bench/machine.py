@@ -34,6 +34,8 @@ from .plan import LOW_DTYPE
 
 #: The fewest bytes one call of a :func:`read_probe` reads (it repeats a smaller buffer).
 PROBE_MIN_READ = 64 * 2**20
+#: Elements per row of a probe buffer (its native GEMV reads it as rows of this length).
+PROBE_ROW = 1024
 
 
 def _sync(device: str) -> Callable[[], None]:
@@ -64,28 +66,56 @@ def summary(times: list[float]) -> dict[str, float]:
     return {"median_s": statistics.median(times), "min_s": min(times), "max_s": max(times)}
 
 
-def read_probe(device: str, nbytes: int) -> tuple[int, Any, Callable[[], Any]]:
-    """(bytes read per call, buffer, fn): ``fn`` sums a float32 buffer of ``nbytes`` bytes, as often
-    as it takes to read at least :data:`PROBE_MIN_READ` bytes per call (one pass over a buffer
-    larger than that), so a cache-sized buffer still times a read of many microseconds.
-
-    The machine limits read a buffer far larger than the last-level cache (the DRAM rate); a
-    decoding group reads one the size of its float32 weights, so its bound sees the weights'
-    own residency (paper-110m's 440 MB fit the 480 MiB L3 of one bench host)."""
-    import torch
-
-    n = max(1, nbytes // 4)
-    x = torch.ones(n, device=torch.device(device), dtype=torch.float32)
-    reps = max(1, -(-PROBE_MIN_READ // (n * 4)))
+def _repeated(fn: Callable[[], Any], reps: int) -> Callable[[], Any]:
     if reps == 1:
-        return n * 4, x, x.sum
+        return fn
 
-    def read() -> Any:
+    def run() -> Any:
         for _ in range(reps):
-            out = x.sum()
+            out = fn()
         return out
 
-    return n * 4 * reps, x, read
+    return run
+
+
+def read_probe(device: str, nbytes: int) -> tuple[int, Any, Callable[[], Any]]:
+    """(bytes read per call, buffer, fn): ``fn`` sums a float32 buffer of ``nbytes`` bytes
+    (rounded up to whole :data:`PROBE_ROW`-element rows, 16 rows at a time), as often as it
+    takes to read at least :data:`PROBE_MIN_READ` bytes per call, so a cache-sized buffer still
+    times a read of milliseconds.
+
+    The machine limits read a buffer far larger than the last-level cache (the DRAM rate); a
+    decoding group reads one the size of its float32 weights (:func:`read_probes`), so its
+    bound sees the weights' own residency (one bench host's cache held ~100 MiB: 57 GB/s up to
+    64 MiB, 25 GB/s from 128 MiB, while paper-110m reads 294 MiB of weights a step)."""
+    import torch
+
+    block = 16 * PROBE_ROW
+    n = max(1, -(-nbytes // (4 * block))) * block
+    x = torch.ones(n, device=torch.device(device), dtype=torch.float32)
+    reps = max(1, -(-PROBE_MIN_READ // (n * 4)))
+    return n * 4 * reps, x, _repeated(x.sum, reps)
+
+
+def read_probes(device: str, nbytes: int) -> tuple[int, dict[str, Callable[[], Any]]]:
+    """(bytes one call reads, {reader: fn}): readers of one buffer (:func:`read_probe`), each
+    reading it as often per call: ``sum`` everywhere and, on a CPU where the native decoding
+    kernel serves float32, ``native GEMV`` (the buffer as [N, :data:`PROBE_ROW`] rows times one
+    vector, the decoding products' own way of streaming weights). The faster one is a decoding
+    group's bound: a bound a step could beat by reading its weights another way is none (one
+    host's ``sum`` read 294 MiB at 22 GB/s while the steps streamed them 15–20 % faster)."""
+    import torch
+
+    from ..kernels import native
+
+    nbytes, x, read = read_probe(device, nbytes)
+    readers = {"sum": read}
+    if torch.device(device).type == "cpu" and native.prepare(torch.float32):
+        rows = x.view(-1, PROBE_ROW)  # [N, PROBE_ROW]
+        v, z = torch.ones(1, PROBE_ROW), torch.zeros(rows.shape[0])
+        reps = nbytes // (x.numel() * 4)
+        readers["native GEMV"] = _repeated(lambda: torch.ops.plga.rows_linear(v, rows, z), reps)
+    return nbytes, readers
 
 
 def measure_limits(
@@ -189,4 +219,4 @@ def best_of(start: dict[str, Any], end: dict[str, Any] | None) -> dict[str, Any]
     return out
 
 
-__all__ = ["PROBE_MIN_READ", "best_of", "measure_limits", "read_probe", "summary", "time_runs"]
+__all__ = ["PROBE_MIN_READ", "PROBE_ROW", "best_of", "measure_limits", "read_probe", "read_probes", "summary", "time_runs"]

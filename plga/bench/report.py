@@ -175,9 +175,10 @@ def format_in_turn_bandwidth(rows: list[Row]) -> str:
     probes = [r for r in rows if r.kind == "bandwidth"]
     if not probes:
         return ""
-    cells = [f"{r.config} {r.mode} " + (f"{r.read_gbps:.1f}" if r.ok and r.read_gbps else r.status) for r in probes]
-    return ("read bandwidth timed in turn with each decoding group over a buffer the size of its float32 weights "
-            "(GB/s; its batch-1 rows' bandwidth fractions divide by it): "
+    cells = [f"{r.config} {r.mode} " + (f"{r.read_gbps:.1f}" + (f" ({r.read_via})" if r.read_via else "") if r.ok and r.read_gbps
+                                        else r.status) for r in probes]
+    return ("read bandwidth timed in turn with each decoding group over a buffer the size of its float32 weights, "
+            "the faster of its readers (GB/s; its batch-1 rows' bandwidth fractions divide by it): "
             + ", ".join(cells))
 
 

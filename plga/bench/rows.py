@@ -72,6 +72,8 @@ class Row:
     #: on a bandwidth row, the probe's own best run
     read_gbps: float | None = None
     read_gbps_source: str | None = None
+    #: on a bandwidth row, the reader of that best run (:func:`~plga.bench.machine.read_probes`)
+    read_via: str | None = None
     step_compute_s: float | None = None
     loop_overhead_fraction: float | None = None
     loop_overhead_pairs: list[float] | None = None  # each pair's 1 − compute ÷ wall, unclipped
@@ -136,6 +138,9 @@ def derive_row(raw: dict[str, Any], limits: dict[str, Any]) -> Row:
         row.unmeasured = {"compile_cached_s": raw["compile_cached_error"]}
     if spec["kind"] == "bandwidth":
         row.read_gbps, row.read_gbps_source = raw["bytes"] / min(times) / 1e9, "in turn"
+        readers = raw.get("reader_times_s") or {}
+        if readers:
+            row.read_via = min(readers, key=lambda name: min(readers[name]))
         return row
     if spec["kind"] in ("command", "accuracy"):
         for name in ("logits_max_abs_error", "logits_error_bound", "logits_error_ratio", "greedy_agreement", "greedy_note"):

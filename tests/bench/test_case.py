@@ -11,7 +11,9 @@ from plga.reference.config import PLDRConfig
 torch = pytest.importorskip("torch")
 
 from plga.bench.case import eager_generate, run_case  # noqa: E402
-from plga.bench.machine import PROBE_MIN_READ, read_probe  # noqa: E402
+from plga.bench.machine import PROBE_MIN_READ, PROBE_ROW, read_probe, read_probes  # noqa: E402
+from plga.bench.rows import derive_row  # noqa: E402
+from plga.kernels import native  # noqa: E402
 
 
 def test_eager_baseline_decodes_the_same_tokens():
@@ -112,7 +114,6 @@ def test_a_failed_cached_compile_probe_is_reported_not_fatal(monkeypatch):
     import subprocess
 
     from plga.bench import case as case_mod
-    from plga.bench.rows import derive_row
 
     def failing(cmd, **kw):
         assert "compile_probe" in cmd[-1]
@@ -125,16 +126,38 @@ def test_a_failed_cached_compile_probe_is_reported_not_fatal(monkeypatch):
     assert derive_row(raw, {}).unmeasured == {"compile_cached_s": "the cached-compile probe failed: exit 1: boom"}
 
 
-def test_a_bandwidth_probe_reads_its_buffer():
+def test_a_bandwidth_probe_times_its_readers_in_each_round():
+    """Every reader is timed once per run; a run's time is its faster reader's, and the row names
+    the reader of the best run."""
     out = run_case({"kind": "bandwidth", "config": "tiny", "mode": "kv", "buffer_bytes": 2**20, "runs": 2, "warmup": 1})
-    assert out["bytes"] == PROBE_MIN_READ and len(out["times_s"]) == 2 and all(t > 0 for t in out["times_s"])
+    readers = out["reader_times_s"]
+    expected = {"sum", "native GEMV"} if native.prepare(torch.float32) else {"sum"}
+    assert set(readers) == expected and all(len(ts) == 2 and min(ts) > 0 for ts in readers.values())
+    assert out["bytes"] == PROBE_MIN_READ and out["times_s"] == [min(ts) for ts in zip(*readers.values(), strict=True)]
+    row = derive_row({**out, "spec": {**out["spec"], "id": "tiny/decode/kv/read-bandwidth"}, "status": "ok"}, {})
+    assert row.read_via == min(readers, key=lambda name: min(readers[name]))
+    assert row.read_gbps == pytest.approx(PROBE_MIN_READ / min(out["times_s"]) / 1e9)
 
 
 def test_the_read_probe_repeats_only_a_buffer_smaller_than_its_minimum_read():
     """A buffer of at least PROBE_MIN_READ bytes is read once per call, a smaller one as often as
-    it takes; the byte count returned is what one call reads (a mismatch would scale every bound)."""
+    it takes, a size between whole blocks of rows is rounded up; the byte count returned is what
+    one call reads (a mismatch would scale every bound)."""
     big = PROBE_MIN_READ + 4 * 2**20
     nbytes, x, read = read_probe("cpu", big)
     assert nbytes == big == x.numel() * 4 and float(read()) == x.numel()
     nbytes, x, read = read_probe("cpu", 3 * 2**20)
     assert nbytes == 3 * 2**20 * -(-PROBE_MIN_READ // (3 * 2**20)) and float(read()) == x.numel()
+    block = 16 * PROBE_ROW * 4
+    _, x, _ = read_probe("cpu", 3 * 2**20 + 5)
+    assert x.numel() * 4 == 3 * 2**20 + block
+
+
+@pytest.mark.skipif(not native.prepare(torch.float32), reason="the native float32 kernel does not serve this CPU")
+def test_the_native_gemv_reader_reads_every_row_of_the_buffer():
+    """The GEMV reader multiplies the whole buffer, as often as the sum reads it: each output is a
+    row's sum (PROBE_ROW for a buffer of ones), one per row."""
+    nbytes, readers = read_probes("cpu", 3 * 2**20)
+    assert set(readers) == {"sum", "native GEMV"} and nbytes == read_probe("cpu", 3 * 2**20)[0]
+    out = readers["native GEMV"]()
+    assert out.shape == (1, 3 * 2**20 // (4 * PROBE_ROW)) and bool((out == PROBE_ROW).all())

@@ -218,11 +218,12 @@ def test_decoding_rows_divide_by_their_groups_in_turn_bandwidth(monkeypatch, tmp
     probes = {r["id"]: r for r in doc["rows"] if r["kind"] == "bandwidth"}
     assert set(probes) == {"small/decode/kv/read-bandwidth"}  # kept with its group's kept case
     assert probes["small/decode/kv/read-bandwidth"]["read_gbps"] == pytest.approx(40.0)
+    assert probes["small/decode/kv/read-bandwidth"]["read_via"] == "native GEMV"
     kv = next(r for r in doc["rows"] if r["id"] == "small/decode/kv/fused/b1s128n64")
     assert (kv["read_gbps"], kv["read_gbps_source"]) == (pytest.approx(40.0), "in turn")
     assert kv["bandwidth_fraction"] == pytest.approx(kv["weight_bytes_per_step"] / 40e9 / kv["step_s"])
     text = capsys.readouterr().out
-    assert "read bandwidth timed in turn with each decoding group" in text and "small kv 40.0" in text
+    assert "read bandwidth timed in turn with each decoding group" in text and "small kv 40.0 (native GEMV)" in text
 
     out2 = tmp_path / "bench2.json"  # the kvg probe fails: its rows divide by the limits' reading
     assert bench_main(parse(["--config", "small", "--cases", "decode", "--out", str(out2), "--no-progress",
