@@ -7,10 +7,11 @@
 - bandwidth (CPU): a read-only reduction (``x.sum()``, :func:`read_probe`) over a buffer far
   larger than the last-level cache (512 MiB), bytes = buffer size; and a copy (read + write,
   2× bytes). Batch-1 decoding is a stream of weight reads, so the read bandwidth is its bound;
-  the decoding rows divide by the same probe timed in turn with their group's runs (a host's
+  the decoding rows divide by a probe timed in turn with their group's runs (a host's
   bandwidth moves by tens of percent between minutes) over a buffer the size of the group's
-  float32 weights (weights that fit a large last-level cache are read at its rate, and so is
-  the probe), these figures where none was.
+  float32 weights (weights that fit the last-level cache are read at its rate, and so is the
+  probe), read by the sum and by the native GEMV, the faster counting (:func:`read_probes`);
+  by these figures where none ran.
 - diagnostics: matrix-vector products over a [32000, 896] float32 matrix (the paper-110m
   vocabulary projection) in the nn.Linear layout ([out, in], what ``F.linear`` uses) and
   in the transposed layout ([in, out], ``x @ Wᵀ`` with Wᵀ contiguous), and in the kernels'
