@@ -11,7 +11,7 @@ the power stage and ``G_LM`` are always evaluated in float32 or wider. Activatio
 bfloat16 / float16 are **upcast** to float32 for the chain (``A_LM``'s 1e-9 floor underflows
 in float16, and ``A_LM^P`` amplifies rounding by orders of magnitude); the attention itself
 runs in the activation dtype with ``q' = q G`` formed in the wider dtype and rounded once
-(bfloat16 prefill on a CPU without AMX keeps ``q'`` and the scores in float32: :func:`blocked_attention`).
+(bfloat16 prefill on a CPU with bfloat16 dot products but no AMX keeps ``q'`` and the scores in float32: :func:`blocked_attention`).
 
 Nothing here queries CUDA at import.
 """
@@ -29,17 +29,21 @@ from torch import Tensor
 
 from ..errors import InputError, InputTypeError
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
-from .gemm import linear
+from .gemm import cpu_has_low_precision_gemm, linear
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
-#: bfloat16 attention on a CPU without AMX tiles, with at least this many queries and B·H·S·T
+#: bfloat16 attention on a CPU with bfloat16 arithmetic but without AMX tiles, with at least this many queries and B·H·S·T
 #: score entries, no key padding and no autograd runs as :func:`blocked_attention`: there torch's
 #: CPU flash kernel ran bfloat16 at its float32 rate (AMD EPYC with AVX512-BF16, paper-110m b8
 #: s1024, q G included: 140 → 104 ms per layer); below these sizes the flash kernel's lower fixed
 #: cost wins. Where the CPU has AMX tiles (:func:`cpu_has_amx`) the flash kernel's bfloat16
 #: products run on them and it is the faster one at every size (Xeon with AMX, the same layer:
-#: 102 ms blocked against 49 ms flash; b1 s128: 0.55 against 0.28 ms).
+#: 102 ms blocked against 49 ms flash; b1 s128: 0.55 against 0.28 ms). Where the CPU has no
+#: bfloat16 arithmetic at all (:func:`~plga.kernels.gemm.cpu_has_low_precision_gemm`) the
+#: blocked path's bfloat16 value product would run on torch's scalar fallback (AMD EPYC with
+#: AVX2 only: 14× slower than in float32), while the flash kernel converts to float32 itself
+#: (b8 s1024 causal: 196 ms against 221 ms in float32): the flash kernel runs there.
 BLOCKED_MIN_QUERIES = 64
 BLOCKED_MIN_SCORES = 2**16
 #: Query rows per block of :func:`blocked_attention`, and its float32 score workspace (entries).
@@ -248,7 +252,7 @@ def plga_attention(
     :func:`one_query_attention` instead: two float32 reductions over the keys, fused with the
     mask and the softmax.
 
-    bfloat16 on a CPU without AMX tiles with G ≠ I, without key padding or autograd, from
+    bfloat16 on a CPU with bfloat16 arithmetic but no AMX tiles, with G ≠ I, without key padding or autograd, from
     :data:`BLOCKED_MIN_QUERIES` queries and :data:`BLOCKED_MIN_SCORES` scores, runs
     :func:`blocked_attention` instead (``q'`` and the scores stay float32; faster than the
     flash kernel there). At G = I the result is torch SDPA's, bit for bit.
@@ -315,7 +319,7 @@ def _takes_blocked_path(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, causa
     eligible = (
         q.device.type == "cpu" and q.dtype == torch.bfloat16 and key_padding_mask is None and not grads
         and (not causal or s <= t) and s >= BLOCKED_MIN_QUERIES and b * h * s * t >= BLOCKED_MIN_SCORES
-        and not cpu_has_amx()
+        and not cpu_has_amx() and cpu_has_low_precision_gemm(torch.bfloat16)
     )
     return eligible and not bool((G == torch.eye(G.shape[-1], dtype=G.dtype, device=G.device)).all())
 

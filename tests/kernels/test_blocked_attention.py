@@ -28,9 +28,10 @@ from .policy import (
 
 @pytest.fixture
 def blocked_calls(monkeypatch):
-    """Counts the calls of the blocked path, on a CPU taken to lack AMX tiles (where the path
-    serves), whatever this host has."""
+    """Counts the calls of the blocked path, on a CPU taken to have bfloat16 arithmetic but no AMX
+    tiles (where the path serves), whatever this host has."""
     monkeypatch.setattr(KF, "cpu_has_amx", lambda: False)
+    monkeypatch.setattr(KF, "cpu_has_low_precision_gemm", lambda dtype: True)
     calls = []
     real = KF.blocked_attention
 
@@ -90,7 +91,7 @@ def test_blocked_path_within_policy(case, workspace, blocked_calls, monkeypatch)
             assert not within_policy(top_left, truth, base)
 
 
-@pytest.mark.parametrize("change", ["fewer queries", "fewer scores", "padding", "float32", "autograd", "G = None", "G = I", "AMX"])
+@pytest.mark.parametrize("change", ["fewer queries", "fewer scores", "padding", "float32", "autograd", "G = None", "G = I", "AMX", "no bf16 arithmetic"])
 def test_flash_kernel_elsewhere(change, blocked_calls, monkeypatch):
     """One change from the smallest blocked case keeps torch's flash kernel."""
     b, h, s = 2, 8, 64
@@ -110,6 +111,8 @@ def test_flash_kernel_elsewhere(change, blocked_calls, monkeypatch):
         q.requires_grad_(True)
     elif change == "AMX":  # the flash kernel's bfloat16 products run on the tiles: faster at every size
         monkeypatch.setattr(KF, "cpu_has_amx", lambda: True)
+    elif change == "no bf16 arithmetic":  # the value product would run on torch's scalar fallback
+        monkeypatch.setattr(KF, "cpu_has_low_precision_gemm", lambda dtype: dtype != torch.bfloat16)
     elif change == "G = None":  # PLGA at G = I is SDPA: the flash kernel keeps it bit for bit
         G = None
     else:

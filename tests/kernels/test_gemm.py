@@ -17,7 +17,7 @@ from plga.kernels import gemm
 
 ONEDNN = gemm.serves(torch.ones(gemm.MIN_MACS, 1), torch.ones(1, 1), None)
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="torch has no oneDNN inner product here")
-OUT_U = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8}
+OUT_U = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 def _inputs(shape: tuple[int, ...], n: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
@@ -40,8 +40,10 @@ def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Te
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize(("shape", "n"), [((1, 4096, 7), 77), ((257, 64), 170), ((3, 4, 64, 170), 64), ((300, 896), 2688), ((2, 9000, 33), 9)])
 def test_linear_within_the_float32_accumulation_bound(dtype, shape, n):
+    """On this host's own path: oneDNN where the CPU computes the dtype, else widened to float32."""
     x, w, b = _inputs(shape, n, dtype, seed=sum(shape) + n)
-    assert gemm.serves(x, w, b)
+    assert gemm.serves(x, w, b) is gemm.cpu_has_low_precision_gemm(dtype)
+    assert gemm.widens(x, w, b) is not gemm.cpu_has_low_precision_gemm(dtype)
     out = gemm.linear(x, w, b)
     assert out.dtype == dtype and out.shape == (*shape[:-1], n)
     assert _violations(out, x, w, b) == 0
@@ -78,7 +80,8 @@ def test_dispatch_rules():
     inside a compiled graph, the switch off)."""
     x, w, b = _inputs((64, 256), 128, torch.float32, seed=1)
     assert x.numel() * w.shape[0] == gemm.MIN_MACS
-    assert gemm.serves(x, w, b) and gemm.serves(x.bfloat16(), w.bfloat16(), None)
+    assert gemm.serves(x, w, b)
+    assert gemm.serves(x.bfloat16(), w.bfloat16(), None) is gemm.cpu_has_low_precision_gemm(torch.bfloat16)
     assert not gemm.serves(x[:63], w, b)
     assert not gemm.serves(x.double(), w.double(), b.double())
     assert not gemm.serves(x, w.bfloat16(), b)
@@ -115,9 +118,10 @@ def test_the_switch_keeps_f_linear(monkeypatch):
 
 @needs_onednn
 def test_prefill_products_and_the_metric_learner_run_on_onednn(monkeypatch):
-    """A float32 prefill without autograd runs its projections (packed, more than 16 rows) and the
-    metric learner's products through oneDNN (the tiny model's products are below the size
-    threshold, lowered here); with autograd on, none does."""
+    """A float32 prefill without autograd runs the metric learner's products through oneDNN, and
+    its projections too where the packed copies keep the row layout (the native kernel serves
+    float32 on this CPU; elsewhere they are column blocks, one GEMM per block). The tiny
+    model's products are below the size threshold, lowered here. With autograd on, none does."""
     from torch.profiler import profile
 
     monkeypatch.setattr(gemm, "MIN_MACS", 0)
@@ -135,8 +139,11 @@ def test_prefill_products_and_the_metric_learner_run_on_onednn(monkeypatch):
             model(tokens, logits="last")
         return sum(e.count for e in prof.key_averages() if e.key == "mkldnn::_linear_pointwise")
 
-    per_layer = 4 + 3 * model.config.num_reslayerA * model.config.num_denseA  # QKV, dense, gates, gluw3; the learner's SwiGLUs
-    assert onednn_calls(False) >= model.config.num_layers * per_layer
+    from plga.kernels.packed import uses_rows
+
+    learner = 3 * model.config.num_reslayerA * model.config.num_denseA  # the learner's SwiGLUs
+    projections = 4 if uses_rows(model.device, torch.float32) else 0  # QKV, dense, gates, gluw3
+    assert onednn_calls(False) >= model.config.num_layers * (learner + projections)
     assert onednn_calls(True) == 0
 
 
@@ -150,3 +157,80 @@ def test_availability_needs_x86_64_and_the_switch_on(monkeypatch):
     assert not gemm._onednn_available()
     monkeypatch.delenv(gemm.ENV_SWITCH)
     assert gemm._onednn_available() == (torch.backends.mkldnn.is_available() and hasattr(torch.ops.mkldnn, "_linear_pointwise"))
+
+
+@pytest.fixture
+def no_low_precision_arithmetic(monkeypatch):
+    """A CPU taken to have no bfloat16 / float16 arithmetic (an AVX2-only x86-64), whatever this host has."""
+    monkeypatch.setattr(gemm, "cpu_has_low_precision_gemm", lambda dtype: dtype not in (torch.bfloat16, torch.float16))
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "f16"])
+def test_without_low_precision_arithmetic_many_rows_widen_within_the_bound(dtype, no_low_precision_arithmetic):
+    """More than WIDEN_MIN_ROWS rows: one float32 product on widened operands, rounded once (never
+    oneDNN, which refuses the dtype there); within F.linear's float32 accumulation bound, with and
+    without bias, and differentiable."""
+    rows = gemm.WIDEN_MIN_ROWS + 1
+    x, w, b = _inputs((rows, 300), 130, dtype, seed=11)
+    assert gemm.widens(x, w, b) and not gemm.serves(x, w, b)
+    out = gemm.linear(x, w, b)
+    assert out.dtype == dtype and out.shape == (rows, 130)
+    assert _violations(out, x, w, b) == 0 and _violations(gemm.linear(x, w), x, w, None) == 0
+    assert _violations(out - b, x, w, b) > 0  # negative control: a dropped bias is caught
+    x3 = x.reshape(1, rows, 300)  # leading axes count as rows
+    assert gemm.widens(x3, w, b) and _violations(gemm.linear(x3, w, b), x3, w, b) == 0
+    wg = w.clone().requires_grad_()
+    gemm.linear(x, wg, b).float().sum().backward()
+    assert wg.grad is not None and wg.grad.dtype == dtype
+
+
+@pytest.mark.parametrize("change", ["few rows", "float32", "mixed dtypes", "compiled", "has the arithmetic"])
+def test_what_does_not_widen(change, no_low_precision_arithmetic, monkeypatch):
+    """One change from a widened product keeps F.linear: decoding-sized products (torch's
+    low-precision GEMV is vectorized and reads half the bytes), float32, mixed dtypes, compiled
+    code (Inductor chooses there), and a CPU with the arithmetic (oneDNN)."""
+    x, w, b = _inputs((gemm.WIDEN_MIN_ROWS + 1, 64), 40, torch.bfloat16, seed=5)
+    assert gemm.widens(x, w, b)  # control
+    if change == "few rows":
+        x = x[: gemm.WIDEN_MIN_ROWS]
+    elif change == "float32":
+        x, w, b = x.float(), w.float(), b.float()
+    elif change == "mixed dtypes":
+        b = b.float()
+    elif change == "has the arithmetic":
+        monkeypatch.setattr(gemm, "cpu_has_low_precision_gemm", lambda dtype: True)
+    if change == "compiled":
+        seen = []
+
+        def f(x):
+            seen.append(gemm.widens(x, w, b))
+            return gemm.linear(x, w, b)
+
+        torch.compile(f, fullgraph=True, dynamic=False)(x)
+        assert seen == [False]
+        return
+    assert not gemm.widens(x, w, b)
+    if change == "few rows":
+        assert _violations(gemm.linear(x, w, b), x, w, b) == 0
+
+
+def test_the_low_precision_question_matches_the_cpu_flags():
+    """:func:`cpu_has_low_precision_gemm` answers what the CPU flags say where they decide it:
+    bfloat16 with AVX-512 (F, BW, VL, DQ: oneDNN's avx512_core) or AMX; none on an x86-64 with
+    neither nor AVX-NE-CONVERT (AVX2 only). float32 and float64: always."""
+    import platform
+
+    assert gemm.cpu_has_low_precision_gemm(torch.float32) and gemm.cpu_has_low_precision_gemm(torch.float64)
+    if platform.machine().lower() not in ("x86_64", "amd64") or not hasattr(torch.ops.mkldnn, "_is_mkldnn_bf16_supported"):
+        pytest.skip("the flags decide it on x86-64 with torch's oneDNN check")
+    try:
+        with open("/proc/cpuinfo") as fh:
+            flags = set(next(line for line in fh if line.startswith("flags")).split())
+    except (OSError, StopIteration):
+        pytest.skip("no /proc/cpuinfo flags on this host")
+    if {"avx512f", "avx512bw", "avx512vl", "avx512dq"} <= flags or "amx_bf16" in flags:
+        assert gemm.cpu_has_low_precision_gemm(torch.bfloat16)
+    elif not flags & {"avx512f", "avx_ne_convert", "amx_tile"}:
+        assert not gemm.cpu_has_low_precision_gemm(torch.bfloat16)
+    else:
+        pytest.skip(f"flags between the two rules: {sorted(f for f in flags if f.startswith(('avx', 'amx')))}")
