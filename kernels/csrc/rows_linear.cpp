@@ -6,11 +6,15 @@
 // (bfloat16: two conversions, a multiply and an add per element; several rows: each row of x
 // re-reads W). Here each block of R rows of W is loaded once per group of up to 4 rows of x,
 // and bfloat16 products use AVX512-BF16's VDPBF16PS (32 products per instruction, no
-// conversion), float32 products one FMA per 16.
+// conversion), float32 products one FMA per 16. A CPU without them (x86-64 with AVX2 and FMA
+// only) runs the same blocks on 8 lanes, bfloat16 widened to float32 by a 16-bit shift (exact).
+// The variant is chosen per call from the CPU's own flags (__builtin_cpu_supports);
+// plga::rows_linear_avx2_only narrows it to the AVX2 blocks (tests run both where both exist).
 //
 // Arithmetic contract (tested in tests/kernels/test_native.py against float64): products and
 // sums in float32, the bias added in float32, one rounding to the output dtype. VDPBF16PS
-// treats bfloat16 subnormal inputs as zero and rounds to nearest even (it ignores MXCSR).
+// treats bfloat16 subnormal inputs as zero and rounds to nearest even (it ignores MXCSR); the
+// AVX2 blocks multiply subnormals exactly.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <torch/library.h>
@@ -18,6 +22,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 
 namespace {
@@ -29,6 +34,11 @@ constexpr int64_t kMaxGroup = 4;  // rows of x per pass over a block
 // (small: K = 256, 1 KiB rows, the block is one page): measured 0.68× the column-block GEMV in a
 // decoding step without it. A prefetch past the end of W is harmless (it never faults).
 constexpr int kAhead = 2;
+
+// The widest blocks this CPU runs (asked once, at load), and the tests' narrowing switch.
+const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
+const bool kHasAvx512Bf16 = kHasAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+std::atomic<bool> g_avx2_only{false};
 
 // ---- float32: 16 lanes, one FMA per lane ------------------------------------------------
 
@@ -95,6 +105,43 @@ __attribute__((target("avx512f,avx512bw,avx512bf16"))) void block_bf16(const at:
     for (int r = 0; r < RR; ++r) acc_out[m * kRows + r] = _mm512_reduce_add_ps(acc[m][r]);
 }
 
+// ---- AVX2 + FMA: 8 lanes, one FMA per lane; bfloat16 widened exactly by a 16-bit shift ---------
+
+__attribute__((target("avx2"))) inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+
+__attribute__((target("avx2"))) inline __m256 load8(const at::BFloat16* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+template <typename T, int MC, int RR>
+__attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, float* acc_out, int64_t K) {
+  constexpr int64_t kLine = 64 / sizeof(T);  // elements per cache line: one prefetch each
+  __m256 acc[MC][RR];
+  for (int m = 0; m < MC; ++m)
+    for (int r = 0; r < RR; ++r) acc[m][r] = _mm256_setzero_ps();
+  const int64_t full = K - K % 8;
+  for (int64_t k = 0; k < full; k += 8) {
+    __m256 wv[RR];
+    for (int r = 0; r < RR; ++r) {
+      if (k % kLine == 0) _mm_prefetch(reinterpret_cast<const char*>(w + (r + kAhead * RR) * K + k), _MM_HINT_T0);
+      wv[r] = load8(w + r * K + k);
+    }
+    for (int m = 0; m < MC; ++m) {
+      const __m256 xv = load8(x + m * K + k);
+      for (int r = 0; r < RR; ++r) acc[m][r] = _mm256_fmadd_ps(wv[r], xv, acc[m][r]);
+    }
+  }
+  for (int m = 0; m < MC; ++m)
+    for (int r = 0; r < RR; ++r) {
+      alignas(32) float lanes[8];
+      _mm256_store_ps(lanes, acc[m][r]);
+      float sum = ((lanes[0] + lanes[4]) + (lanes[1] + lanes[5])) + ((lanes[2] + lanes[6]) + (lanes[3] + lanes[7]));
+      for (int64_t k = full; k < K; ++k) sum += static_cast<float>(w[r * K + k]) * static_cast<float>(x[m * K + k]);
+      acc_out[m * kRows + r] = sum;
+    }
+}
+
 // ---- one block of rows of W against every row of x -----------------------------------------
 
 template <typename T, int RR>
@@ -102,8 +149,14 @@ void group(const T* x, const T* w, float* acc, int64_t K, int64_t mc) {
   constexpr bool bf16 = std::is_same<T, at::BFloat16>::value;
   auto run = [&](auto mc_tag) {
     constexpr int MC = decltype(mc_tag)::value;
-    if constexpr (bf16) block_bf16<MC, RR>(x, w, acc, K);
-    else block_f32<MC, RR>(x, w, acc, K);
+    const bool narrow = g_avx2_only.load(std::memory_order_relaxed);
+    if constexpr (bf16) {
+      if (kHasAvx512Bf16 && !narrow) block_bf16<MC, RR>(x, w, acc, K);
+      else block_avx2<T, MC, RR>(x, w, acc, K);
+    } else {
+      if (kHasAvx512 && !narrow) block_f32<MC, RR>(x, w, acc, K);
+      else block_avx2<T, MC, RR>(x, w, acc, K);
+    }
   };
   switch (mc) {
     case 1: run(std::integral_constant<int, 1>{}); break;
@@ -142,6 +195,7 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "plga::rows_linear: float32 or bfloat16, got ", dtype);
   TORCH_CHECK(w.scalar_type() == dtype && b.scalar_type() == dtype, "plga::rows_linear: x, w and b must share one dtype");
   TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu() && b.device().is_cpu(), "plga::rows_linear: CPU tensors only");
+  TORCH_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), "plga::rows_linear: needs a CPU with AVX2 and FMA");
   const auto xc = x.contiguous();
   const auto wc = w.contiguous();
   const auto bc = b.contiguous();
@@ -168,8 +222,13 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   return out;
 }
 
+// Tests only: run the AVX2 blocks even where AVX-512 ones exist (on = true), or the widest again;
+// returns the previous setting.
+bool rows_linear_avx2_only(bool on) { return g_avx2_only.exchange(on); }
+
 }  // namespace
 
-// The schema is defined in Python (plga/kernels/native.py, with the shape function torch.compile
-// needs); this library only adds the CPU kernel.
+// The schema of rows_linear is defined in Python (plga/kernels/native.py, with the shape function
+// torch.compile needs); this library adds its CPU kernel and the tests' switch.
 TORCH_LIBRARY_IMPL(plga, CPU, m) { m.impl("rows_linear", &rows_linear); }
+TORCH_LIBRARY_FRAGMENT(plga, m) { m.def("rows_linear_avx2_only(bool on) -> bool", &rows_linear_avx2_only); }

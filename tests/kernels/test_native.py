@@ -50,12 +50,29 @@ def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Te
     return int(((out.double() - truth).abs() > bound).sum())
 
 
+def _has_avx512() -> bool:
+    return "avx512f" in native._cpu_flags()
+
+
+@pytest.fixture(params=["widest", "avx2"])
+def blocks(request):
+    """The kernel's widest blocks on this CPU, then its AVX2 blocks (the ones an AVX2-only CPU
+    runs), where the CPU has wider ones; restored afterwards."""
+    if not _served(torch.float32) and not _served(torch.bfloat16):
+        pytest.skip("the native kernel is not loaded on this CPU")
+    if request.param == "avx2" and not _has_avx512():
+        pytest.skip("the widest blocks on this CPU are the AVX2 ones")
+    previous = torch.ops.plga.rows_linear_avx2_only(request.param == "avx2")
+    yield request.param
+    torch.ops.plga.rows_linear_avx2_only(previous)
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 16])
 @pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 15), (4, 16), (7, 17), (37, 31), (64, 32), (130, 33), (9, 100), (257, 256), (40, 683)])
-def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k):
-    if not _served(dtype):
-        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k, blocks):
+    """Every dtype on every block variant this CPU runs (a dtype the model does not send here
+    still gets a correct answer from a direct call)."""
     x, w, b = _inputs(m, n, k, dtype, seed=1000 * m + 10 * n + k)
     out = torch.ops.plga.rows_linear(x, w, b)
     assert out.dtype == dtype and out.shape == (m, n) and out.is_contiguous()
@@ -63,11 +80,9 @@ def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
-def test_negative_controls_the_bound_catches_dropped_and_swapped_work(dtype):
+def test_negative_controls_the_bound_catches_dropped_and_swapped_work(dtype, blocks):
     """What a broken kernel would return — the K tail skipped, the last (remainder) row of W
     skipped, two rows of x swapped — is outside the bound the kernel itself meets."""
-    if not _served(dtype):
-        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
     x, w, b = _inputs(5, 7, 35, dtype, seed=7)  # 7 = one block of 4 + 3 remainder rows; 35 = tails
     x[:, -1], w[:, -1] = 1.0, 4.0  # the tail column matters
     assert _violations(torch.ops.plga.rows_linear(x, w, b), x, w, b) == 0
@@ -81,9 +96,7 @@ def test_negative_controls_the_bound_catches_dropped_and_swapped_work(dtype):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
-def test_empty_sizes_strided_inputs_and_refusals(dtype):
-    if not _served(dtype):
-        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+def test_empty_sizes_strided_inputs_and_refusals(dtype, blocks):
     op = torch.ops.plga.rows_linear
     x, w, b = _inputs(3, 6, 20, dtype, seed=3)
     assert op(x[:0], w, b).shape == (0, 6)
@@ -117,10 +130,12 @@ def test_the_same_result_inside_a_compiled_graph(dtype):
 
 
 def test_packed_linear_dispatch():
-    """Few-row products on the row layout run the kernel where it serves the dtype, one row too
-    (outside captured steps); more than PACKED_SMALL_M rows run the GEMM."""
-    if not (_served(torch.float32) and _served(torch.bfloat16)):
-        pytest.skip("the native kernel does not serve both dtypes on this CPU")
+    """Few-row products on the row layout run the kernel in each dtype it serves here, one row too
+    (outside captured steps); more than PACKED_SMALL_M rows run the GEMM; a dtype it does not
+    serve never runs it."""
+    served = [d for d in DTYPES if _served(d)]
+    if not served:
+        pytest.skip("the native kernel serves no dtype on this CPU")
     from torch.profiler import profile
 
     def ran_native(x: torch.Tensor, dtype: torch.dtype) -> bool:
@@ -131,9 +146,9 @@ def test_packed_linear_dispatch():
         return any(e.key == "plga::rows_linear" for e in prof.key_averages())
 
     x = torch.randn(8, 24)
-    assert ran_native(x, torch.bfloat16) and ran_native(x, torch.float32)
-    assert ran_native(x[:1], torch.bfloat16) and ran_native(x[:1], torch.float32)
-    assert not ran_native(torch.randn(17, 24), torch.bfloat16)
+    for dtype in DTYPES:
+        assert ran_native(x, dtype) is (dtype in served) and ran_native(x[:1], dtype) is (dtype in served)
+        assert not ran_native(torch.randn(17, 24), dtype)
 
 
 # --- decoding through the kernel ----------------------------------------------------------------
@@ -251,3 +266,33 @@ def test_the_op_is_defined_once_per_process():
 
     importlib.reload(native)
     assert callable(torch.ops.plga.rows_linear)
+
+
+def test_the_avx2_switch_narrows_and_restores():
+    """``rows_linear_avx2_only`` returns the previous setting; the AVX2 blocks give results within
+    the same bound as the widest (checked above) and, on an AVX-512 CPU, differ from them only by
+    the order of the float32 sums."""
+    if not _served(torch.float32) and not _served(torch.bfloat16):
+        pytest.skip("the native kernel is not loaded on this CPU")
+    switch = torch.ops.plga.rows_linear_avx2_only
+    assert switch(True) is False and switch(True) is True and switch(False) is True and switch(False) is False
+    x, w, b = _inputs(3, 9, 40, torch.float32, seed=4)
+    widest = torch.ops.plga.rows_linear(x, w, b)
+    switch(True)
+    try:
+        narrow = torch.ops.plga.rows_linear(x, w, b)
+    finally:
+        switch(False)
+    assert _violations(narrow, x, w, b) == 0 and _violations(widest, x, w, b) == 0
+    assert_rel_close(narrow, widest, rtol=1e-5)
+
+
+@pytest.mark.parametrize(("flags", "served"), [
+    ({"avx2", "fma"}, {torch.bfloat16}),  # AVX2 only (AMD EPYC measured): bfloat16 on the AVX2 blocks
+    ({"avx2", "fma", "avx512f", "avx512bw"}, {torch.float32}),  # AVX-512 without BF16: not measured for bf16
+    ({"avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"}, {torch.float32, torch.bfloat16}),
+    ({"avx2"}, set()),  # no FMA
+    (set(), set()),
+])
+def test_served_dtypes_follow_the_measured_rule(flags, served):
+    assert native.served_dtypes(flags) == served
