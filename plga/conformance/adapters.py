@@ -149,7 +149,9 @@ class KernelsAdapter(Adapter):
         self.name = f"plga.kernels (backend={self.backend})" if self.backend else "plga.kernels"
         if captured:
             self.name = "plga.kernels (captured decoding steps)"
-            self.time_scale = 5.0  # each new model shape compiles a step (seconds each with a cold cache)
+            # each new model shape compiles a step: seconds each with a cold cache, tens of seconds on a
+            # slow host (AMD EPYC with AVX2 only, two xdist workers: one check took 300–500 s)
+            self.time_scale = 20.0
         from .. import __version__
 
         self.version = f"plga {getattr(K, '__version__', __version__)}, torch {torch.__version__}"
