@@ -137,8 +137,10 @@ def format_rows(rows: list[Row]) -> str:
 
 def _via(matmul: dict[str, Any]) -> str:
     """" (oneDNN; torch.matmul 158.0)" when the peak came from another GEMM than torch's."""
-    if matmul.get("via", "torch.matmul") == "torch.matmul" or not _is(matmul.get("torch_matmul_gflops_best"), float):
+    if matmul.get("via", "torch.matmul") == "torch.matmul":
         return ""
+    if not _is(matmul.get("torch_matmul_gflops_best"), float):
+        return f" ({matmul['via'].split()[0]}; torch.matmul not timed)"
     return f" ({matmul['via'].split()[0]}; torch.matmul {matmul['torch_matmul_gflops_best']:.1f})"
 
 
@@ -189,14 +191,15 @@ def _show(v: float | None, unit: str, as_pct: bool) -> str:
 
 
 def format_targets(verdicts: list[Verdict]) -> str:
-    """The verdicts as a Markdown table: met / missed (by how much) / not measured (why)."""
+    """The verdicts as a Markdown table: met / missed (by how much; why, where the host rules the
+    target out) / not measured (why)."""
     head = ("target", "goal", "measured", "status", "shortfall")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for t in verdicts:
         pct = t.unit == "" and t.threshold <= 1.0
         goal = f"{t.op} {_show(t.threshold, t.unit, pct)}"
         short = "–" if not t.shortfall else f"{_show(t.shortfall, t.unit, pct)} ({100 * (t.shortfall_rel or 0):.0f}% of goal)"
-        status = t.status + (f" ({t.why})" if t.status == "not measured" and t.why else "")
+        status = t.status + (f" ({t.why})" if t.why else "")
         lines.append(f"| {t.target} | {goal} | {_show(t.measured, t.unit, pct)} | {status} | {short} |")
     return "\n".join(lines)
 

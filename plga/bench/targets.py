@@ -233,8 +233,21 @@ def _targets() -> tuple[Target, ...]:
 TARGETS = _targets()
 
 
-def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS) -> list[Verdict]:
-    """Every target judged on the rows of one run."""
+#: Why a low-precision speed-up target cannot be met on a CPU without the dtype's arithmetic.
+NO_LOW_PRECISION_ARITHMETIC = (f"this CPU has no {LOW_DTYPE} arithmetic (no AVX-512 or AMX): its {LOW_DTYPE} products run "
+                               "widened to float32, so only the halved weight bytes can speed it up")
+
+
+def _low_precision_premise_fails(target: Target, limits: dict[str, Any] | None) -> bool:
+    """A bf16 prefill / decoding speed-up target on a host whose bf16 matmul peak was the widened
+    float32 product (:func:`~plga.bench.machine.measure_limits`)."""
+    via = ((limits or {}).get(f"matmul_{LOW_DTYPE}") or {}).get("via")
+    return via == "widened float32 product" and target.id.startswith((f"{LOW_DTYPE}/prefill/", f"{LOW_DTYPE}/decode/"))
+
+
+def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, limits: dict[str, Any] | None = None) -> list[Verdict]:
+    """Every target judged on the rows of one run (``limits``: the run's machine limits, which
+    say when a target's premise does not hold on this host)."""
     out = []
     for t in targets:
         why = ""
@@ -242,8 +255,11 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS) -> 
             why = getattr(t.measure, "why", lambda rows: "")(rows)
             if t.measured_by_command and not why:
                 why = f"not run: add '{t.measured_by_command}' to --cases"
-        out.append(judge(t, t.measure(rows), why))
+        v = judge(t, t.measure(rows), why)
+        if v.status == "missed" and _low_precision_premise_fails(t, limits):
+            v.why = NO_LOW_PRECISION_ARITHMETIC
+        out.append(v)
     return out
 
 
-__all__ = ["TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge"]
+__all__ = ["NO_LOW_PRECISION_ARITHMETIC", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge"]

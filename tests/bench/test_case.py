@@ -161,3 +161,29 @@ def test_the_native_gemv_reader_reads_every_row_of_the_buffer():
     assert set(readers) == {"sum", "native GEMV"} and nbytes == read_probe("cpu", 3 * 2**20)[0]
     out = readers["native GEMV"]()
     assert out.shape == (1, 3 * 2**20 // (4 * PROBE_ROW)) and bool((out == PROBE_ROW).all())
+
+
+@pytest.mark.parametrize("arithmetic", [True, False], ids=["bf16-arithmetic", "no-bf16-arithmetic"])
+def test_the_low_precision_matmul_peak_is_the_kernels_product(arithmetic, monkeypatch):
+    """Where the CPU has no bfloat16 arithmetic the bfloat16 peak is the kernels' widened product
+    and torch.matmul's scalar fallback is not timed (minutes at 2048² on an AVX2-only CPU); the
+    report says so. With the arithmetic, torch.matmul is timed as before."""
+    import torch
+
+    from plga.bench import machine
+    from plga.bench.report import format_limits
+    from plga.kernels import gemm
+
+    monkeypatch.setattr(gemm, "cpu_has_low_precision_gemm", lambda dtype: arithmetic or dtype not in (torch.bfloat16, torch.float16))
+    slow = []
+    real = torch.Tensor.__matmul__
+    monkeypatch.setattr(torch.Tensor, "__matmul__", lambda a, b: (slow.append(a.dtype), real(a, b))[1])
+    lim = machine.measure_limits(runs=1, matmul_n=64, buffer_mib=1)
+    mm = lim["matmul_bfloat16"]
+    assert mm["gflops_best"] > 0
+    if arithmetic:
+        assert torch.bfloat16 in slow and mm["torch_matmul_gflops_best"] > 0
+    else:
+        assert torch.bfloat16 not in slow and torch.float32 in slow  # control: the float32 peak still timed
+        assert mm["via"] == "widened float32 product" and mm["torch_matmul_gflops_best"] is None
+        assert "bfloat16 " in format_limits(lim) and "(widened; torch.matmul not timed)" in format_limits(lim)

@@ -82,3 +82,25 @@ def test_captured_rows_must_decode_the_plain_tokens():
     by = {v.id: v for v in evaluate_targets([same, differs, low])}
     assert by["compile/same-tokens"].status == "missed" and by["compile/same-tokens"].measured == 0.5
     assert {v.id: v for v in evaluate_targets([low])}["compile/same-tokens"].status == "not measured"
+
+
+def test_a_bf16_speed_target_missed_on_a_cpu_without_bf16_arithmetic_says_why():
+    """Where the bf16 matmul peak was the widened float32 product (no bf16 arithmetic), a missed
+    bf16 speed-up target names the cause; a met one, another target, or a host with the
+    arithmetic gets no such note."""
+    from plga.bench.report import format_targets
+    from plga.bench.targets import NO_LOW_PRECISION_ARITHMETIC
+
+    big = dict(kind="prefill", status="ok", config="paper-110m", impl="fused", batch=8, seq=1024)
+    rows = [Row(id="slow", dtype="bfloat16", speedup_vs_fused=1.1, **big), Row(id="f", dtype="float32", speedup_vs_eager=0.5, **big)]
+    widened = {"matmul_bfloat16": {"via": "widened float32 product", "gflops_best": 80.0}}
+    by = {v.id: v for v in evaluate_targets(rows, limits=widened)}
+    low = by["bfloat16/prefill/paper-110m/b8s1024"]
+    assert low.status == "missed" and low.why == NO_LOW_PRECISION_ARITHMETIC
+    assert NO_LOW_PRECISION_ARITHMETIC in format_targets([low])
+    assert by["prefill/speedup/paper-110m/b8s1024"].status == "missed" and by["prefill/speedup/paper-110m/b8s1024"].why == ""
+    for limits in (None, {"matmul_bfloat16": {"via": "oneDNN inner product", "gflops_best": 800.0}}):
+        assert {v.id: v for v in evaluate_targets(rows, limits=limits)}["bfloat16/prefill/paper-110m/b8s1024"].why == ""
+    rows[0] = Row(id="fast", dtype="bfloat16", speedup_vs_fused=3.0, **big)
+    met = {v.id: v for v in evaluate_targets(rows, limits=widened)}["bfloat16/prefill/paper-110m/b8s1024"]
+    assert met.status == "met" and met.why == ""
