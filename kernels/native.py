@@ -161,10 +161,18 @@ def _load() -> frozenset[torch.dtype]:
     return served
 
 
+def loaded() -> bool:
+    """Whether the kernel is loaded on this CPU (loading it if needed): it then computes float32
+    and bfloat16 products whichever dtypes :func:`served_dtypes` sends it (the bench's bandwidth
+    probe reads float32 weights through it on every such CPU)."""
+    prepare(torch.float32)
+    return bool(READY)
+
+
 def ready(dtype: torch.dtype) -> bool:
     """Whether the last :func:`prepare` left the kernel serving ``dtype`` (no side effect: safe in
     compiled code, where Dynamo guards on :data:`READY`)."""
     return dtype in READY
 
 
-__all__ = ["ENV_SWITCH", "READY", "prepare", "ready", "served_dtypes"]
+__all__ = ["ENV_SWITCH", "READY", "loaded", "prepare", "ready", "served_dtypes"]

@@ -101,7 +101,7 @@ def read_probe(device: str, nbytes: int) -> tuple[int, Any, Callable[[], Any]]:
 def read_probes(device: str, nbytes: int) -> tuple[int, dict[str, Callable[[], Any]]]:
     """(bytes one call reads, {reader: fn}): readers of one buffer (:func:`read_probe`), each
     reading it as often per call: ``sum`` everywhere and, on a CPU where the native decoding
-    kernel serves float32, ``native GEMV`` (the buffer as [N, :data:`PROBE_ROW`] rows times one
+    kernel is loaded (:func:`~plga.kernels.native.loaded`), ``native GEMV`` (the buffer as [N, :data:`PROBE_ROW`] rows times one
     vector, the decoding products' own way of streaming weights). The faster one is a decoding
     group's bound: a bound a step could beat by reading its weights another way is none (one
     host's ``sum`` read 294 MiB at 22 GB/s while the steps streamed them 15–20 % faster)."""
@@ -111,7 +111,7 @@ def read_probes(device: str, nbytes: int) -> tuple[int, dict[str, Callable[[], A
 
     nbytes, x, read = read_probe(device, nbytes)
     readers = {"sum": read}
-    if torch.device(device).type == "cpu" and native.prepare(torch.float32):
+    if torch.device(device).type == "cpu" and native.loaded():
         rows = x.view(-1, PROBE_ROW)  # [N, PROBE_ROW]
         v, z = torch.ones(1, PROBE_ROW), torch.zeros(rows.shape[0])
         reps = nbytes // (x.numel() * 4)
@@ -184,7 +184,7 @@ def measure_limits(
     out["gemv_bf16_linear"] = {**summary(ts), "gbps_best": wbytes / 2 / min(ts) / 1e9}
     from ..kernels import native
 
-    if dev.type == "cpu" and native.prepare(torch.float32):
+    if dev.type == "cpu" and native.loaded():
         z = torch.zeros(32000, device=dev)
         ts = time_runs(lambda: torch.ops.plga.rows_linear(v, w, z), max(runs, 10), 3, device)
         out["gemv_native"] = {**summary(ts), "gbps_best": wbytes / min(ts) / 1e9}

@@ -88,7 +88,7 @@ def test_the_native_operator_is_profiled_under_the_counted_name():
     from plga.bench.case import NATIVE_OP_PREFIX, _compute_seconds
     from plga.kernels import native
 
-    if not native.prepare(torch.float32):
+    if not native.loaded():
         pytest.skip("the native kernel is not available on this machine")
     x, w, b = torch.randn(2, 64), torch.randn(32, 64), torch.randn(32)
     with profile() as prof:
@@ -131,7 +131,7 @@ def test_a_bandwidth_probe_times_its_readers_in_each_round():
     the reader of the best run."""
     out = run_case({"kind": "bandwidth", "config": "tiny", "mode": "kv", "buffer_bytes": 2**20, "runs": 2, "warmup": 1})
     readers = out["reader_times_s"]
-    expected = {"sum", "native GEMV"} if native.prepare(torch.float32) else {"sum"}
+    expected = {"sum", "native GEMV"} if native.loaded() else {"sum"}
     assert set(readers) == expected and all(len(ts) == 2 and min(ts) > 0 for ts in readers.values())
     assert out["bytes"] == PROBE_MIN_READ and out["times_s"] == [min(ts) for ts in zip(*readers.values(), strict=True)]
     row = derive_row({**out, "spec": {**out["spec"], "id": "tiny/decode/kv/read-bandwidth"}, "status": "ok"}, {})
@@ -153,7 +153,7 @@ def test_the_read_probe_repeats_only_a_buffer_smaller_than_its_minimum_read():
     assert x.numel() * 4 == 3 * 2**20 + block
 
 
-@pytest.mark.skipif(not native.prepare(torch.float32), reason="the native float32 kernel does not serve this CPU")
+@pytest.mark.skipif(not native.loaded(), reason="the native kernel is not loaded on this CPU")
 def test_the_native_gemv_reader_reads_every_row_of_the_buffer():
     """The GEMV reader multiplies the whole buffer, as often as the sum reads it: each output is a
     row's sum (PROBE_ROW for a buffer of ones), one per row."""

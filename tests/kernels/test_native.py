@@ -237,8 +237,9 @@ def test_without_the_kernel_the_portable_paths_serve(monkeypatch, capsys):
     """PLGA_NATIVE=0, a CPU without the instructions, or a failed build: prepare() says no, no
     product runs the kernel, and a failed build leaves one note on stderr."""
     monkeypatch.setenv(native.ENV_SWITCH, "0")
-    assert not native.prepare(torch.bfloat16) and not native.ready(torch.bfloat16)
+    assert not native.prepare(torch.bfloat16) and not native.ready(torch.bfloat16) and not native.loaded()
     monkeypatch.delenv(native.ENV_SWITCH)
+    assert native.loaded() is bool(native.served_dtypes(native._cpu_flags()))  # control: back on where the CPU has a served dtype
 
     monkeypatch.setattr(native, "_state", {"tried": False, "serves": frozenset()})
     monkeypatch.setattr(native, "_cpu_flags", lambda: set())
