@@ -36,6 +36,18 @@ def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Te
     return int(((out.double() - truth).abs() > bound).sum())
 
 
+def _asked_inside_compiled_code(question, x, w, b) -> list[bool]:
+    """What ``question(x, w, b)`` answers while Dynamo traces a function that calls gemm.linear."""
+    seen = []
+
+    def f(x):
+        seen.append(question(x, w, b))
+        return gemm.linear(x, w, b)
+
+    torch.compile(f, fullgraph=True, dynamic=False)(x)
+    return seen
+
+
 @needs_onednn
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
 @pytest.mark.parametrize(("shape", "n"), [((1, 4096, 7), 77), ((257, 64), 170), ((3, 4, 64, 170), 64), ((300, 896), 2688), ((2, 9000, 33), 9)])
@@ -93,14 +105,7 @@ def test_dispatch_rules():
     assert wg.grad is not None and torch.allclose(wg.grad, x.sum(0).expand(128, 256), rtol=1e-5, atol=1e-4)
     with torch.no_grad():
         assert gemm.serves(x, wg, b)
-    seen = []
-
-    def f(x):
-        seen.append(gemm.serves(x, w, b))
-        return gemm.linear(x, w, b)
-
-    torch.compile(f, fullgraph=True, dynamic=False)(x)
-    assert seen == [False]
+    assert _asked_inside_compiled_code(gemm.serves, x, w, b) == [False]
     old = torch.backends.mkldnn.enabled
     torch.backends.mkldnn.enabled = False
     try:
@@ -200,14 +205,7 @@ def test_what_does_not_widen(change, no_low_precision_arithmetic, monkeypatch):
     elif change == "has the arithmetic":
         monkeypatch.setattr(gemm, "cpu_has_low_precision_gemm", lambda dtype: True)
     if change == "compiled":
-        seen = []
-
-        def f(x):
-            seen.append(gemm.widens(x, w, b))
-            return gemm.linear(x, w, b)
-
-        torch.compile(f, fullgraph=True, dynamic=False)(x)
-        assert seen == [False]
+        assert _asked_inside_compiled_code(gemm.widens, x, w, b) == [False]
         return
     assert not gemm.widens(x, w, b)
     if change == "few rows":
