@@ -35,7 +35,8 @@ constexpr int64_t kMaxGroup = 4;  // rows of x per pass over a block
 // decoding step without it. A prefetch past the end of W is harmless (it never faults).
 constexpr int kAhead = 2;
 
-// The widest blocks this CPU runs (asked once, at load), and the tests' narrowing switch.
+// The blocks this CPU runs (asked once, at load), and the tests' narrowing switch.
+const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 const bool kHasAvx512Bf16 = kHasAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
 std::atomic<bool> g_avx2_only{false};
@@ -195,7 +196,7 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
   TORCH_CHECK(dtype == at::kFloat || dtype == at::kBFloat16, "plga::rows_linear: float32 or bfloat16, got ", dtype);
   TORCH_CHECK(w.scalar_type() == dtype && b.scalar_type() == dtype, "plga::rows_linear: x, w and b must share one dtype");
   TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu() && b.device().is_cpu(), "plga::rows_linear: CPU tensors only");
-  TORCH_CHECK(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"), "plga::rows_linear: needs a CPU with AVX2 and FMA");
+  TORCH_CHECK(kHasAvx2Fma, "plga::rows_linear: needs a CPU with AVX2 and FMA");
   const auto xc = x.contiguous();
   const auto wc = w.contiguous();
   const auto bc = b.contiguous();

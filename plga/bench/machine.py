@@ -35,6 +35,9 @@ from .plan import LOW_DTYPE
 
 #: The fewest bytes one call of a :func:`read_probe` reads (it repeats a smaller buffer).
 PROBE_MIN_READ = 64 * 2**20
+#: The ``via`` of a low-precision matmul peak timed on the kernels' widened float32 product (a
+#: CPU without the dtype's arithmetic; :func:`measure_limits`).
+WIDENED_VIA = "widened float32 product"
 #: Elements per row of a probe buffer (its native GEMV reads it as rows of this length).
 PROBE_ROW = 1024
 
@@ -142,7 +145,7 @@ def measure_limits(
             # no arithmetic for the dtype on this CPU: the kernels' products run widened to float32,
             # and torch.matmul's scalar fallback is not timed (an AVX2-only CPU: minutes at 2048²)
             ts = time_runs(lambda a=a, bt=bt: gemm.linear(a, bt), runs, 2, device)
-            best = {"via": "widened float32 product", **summary(ts)}
+            best = {"via": WIDENED_VIA, **summary(ts)}
         else:
             ts = time_runs(lambda a=a, b=b: a @ b, runs, 2, device)
             best = {"via": "torch.matmul", **summary(ts)}
@@ -227,4 +230,4 @@ def best_of(start: dict[str, Any], end: dict[str, Any] | None) -> dict[str, Any]
     return out
 
 
-__all__ = ["PROBE_MIN_READ", "PROBE_ROW", "best_of", "measure_limits", "read_probe", "read_probes", "summary", "time_runs"]
+__all__ = ["PROBE_MIN_READ", "PROBE_ROW", "WIDENED_VIA", "best_of", "measure_limits", "read_probe", "read_probes", "summary", "time_runs"]

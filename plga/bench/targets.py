@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from .machine import WIDENED_VIA
 from .plan import CACHED_MODES, LOW_DTYPE
 from .rows import Row
 
@@ -242,7 +243,7 @@ def _low_precision_premise_fails(target: Target, limits: dict[str, Any] | None) 
     """A bf16 prefill / decoding speed-up target on a host whose bf16 matmul peak was the widened
     float32 product (:func:`~plga.bench.machine.measure_limits`)."""
     via = ((limits or {}).get(f"matmul_{LOW_DTYPE}") or {}).get("via")
-    return via == "widened float32 product" and target.id.startswith((f"{LOW_DTYPE}/prefill/", f"{LOW_DTYPE}/decode/"))
+    return via == WIDENED_VIA and target.id.startswith((f"{LOW_DTYPE}/prefill/", f"{LOW_DTYPE}/decode/"))
 
 
 def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, limits: dict[str, Any] | None = None) -> list[Verdict]:
