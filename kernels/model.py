@@ -380,14 +380,14 @@ class PLDRModel(nn.Module):
 
         With ``compile_decode`` a batch of one uses the row layout on the CPU (its one-row
         products are the compiled GEMV); so do larger batches where the native kernel serves the
-        dtype (their few-row products); otherwise they keep the column blocks, whose few-row
+        dtype's products of that many rows; otherwise they keep the column blocks, whose few-row
         products are then faster (switching rebuilds the copies)."""
         rope = None
         if self._packed.usable(backend, self._linears()):
             rope = self._rope_tables(start, s, self.dtype, real)
         if rope is None:
             return {"rope": None}
-        rows = self.compile_decode and (batch == 1 or (self.device.type == "cpu" and native.prepare(self.dtype)))
+        rows = self.compile_decode and (batch == 1 or (self.device.type == "cpu" and native.prepare(self.dtype, batch)))
         weights = [self._packed.layer(i, layer.mha1, layer.ffn, self.device, rows) for i, layer in enumerate(self.decoder.dec_layers)]
         if any(w is None for w in weights):  # inference-mode parameters: no version to track
             return {"rope": None}

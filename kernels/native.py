@@ -18,11 +18,17 @@ blocks with AVX2 and FMA, bfloat16 widened exactly to float32; ``plga bench`` me
 It is built on first use with ``torch.utils.cpp_extension`` (about 10 s, once per machine and
 source version; the library is cached in torch's extension folder, ``TORCH_EXTENSIONS_DIR``) and
 loaded in milliseconds afterwards. It is used where it was measured faster (:func:`served_dtypes`):
-float32 on a CPU with AVX512F, bfloat16 with AVX512-BF16 or with AVX2 only. On an AMD EPYC with
-AVX2 only (2 threads) the AVX2 blocks against torch's bfloat16 ``F.linear``: one row of
-3072 × 768 0.26 against 0.33 ms, of 32000 × 768 3.3 against 4.9 ms, eight rows 0.76 against
-2.9 ms; in float32 the column-block GEMV (:func:`~plga.kernels.packed.pack_linear`) streamed the
-32000 × 768 vocabulary faster at one row (5.1–5.3 against 5.7–7.4 ms), so float32 keeps it there.
+float32 on a CPU with AVX512F, bfloat16 with AVX512-BF16 or with AVX2 only; products of two rows
+or more also in float32 on a CPU with AVX2 only. On an AMD EPYC with AVX2 only (2 threads) the
+AVX2 blocks against torch's bfloat16 ``F.linear``: one row of 3072 × 768 0.26 against 0.33 ms,
+of 32000 × 768 3.3 against 4.9 ms, eight rows 0.76 against 2.9 ms. In float32 there the
+column-block GEMV (:func:`~plga.kernels.packed.pack_linear`) streamed the 32000 × 768
+vocabulary faster at one row (5.1–5.3 against 5.7–7.4 ms), and inside a captured step the GEMV
+fused into the graph streamed the 32000 × 896 one faster (paper-110m kvg steps 13.2 against
+14.6 ms), so one-row float32 products keep those paths; at eight rows the blocks win everywhere
+(32000 × 256: 2.7 ms against 4.0 for Inductor's product — which it lowers to an extern batched
+GEMM — 5.0 for the column blocks and 6.3 for ``F.linear``; captured float32 kvg steps at batch
+8: ``small`` 7.2 → 4.6–5.0 ms, paper-110m 40.7 → 27.5 ms).
 Without them, with ``PLGA_NATIVE=0``, or when the build fails (no C++ compiler: one note on
 stderr), the products run on the portable paths.
 """
@@ -45,16 +51,18 @@ _SOURCE = Path(__file__).with_name("csrc") / "rows_linear.cpp"
 _NAME = "plga_rows_linear_torch" + "".join(c if c.isalnum() else "_" for c in torch.__version__)
 
 
-def served_dtypes(flags: set[str]) -> frozenset[torch.dtype]:
-    """The dtypes the kernel serves on a CPU with these flags (``/proc/cpuinfo``): where it was
-    measured faster than the portable paths (see the module docstring). It runs on any CPU with
-    AVX2 and FMA, choosing its widest blocks itself. float32: AVX512F. bfloat16: AVX512-BF16, or
-    AVX2 and FMA without AVX-512 at all (an AVX-512 CPU without its BF16 extension was not
-    measured; oneDNN's bfloat16 GEMV keeps serving it)."""
+def served_dtypes(flags: set[str], rows: int = 1) -> frozenset[torch.dtype]:
+    """The dtypes the kernel serves for products of ``rows`` rows on a CPU with these flags
+    (``/proc/cpuinfo``): where it was measured faster than the portable paths (see the module
+    docstring). It runs on any CPU with AVX2 and FMA, choosing its widest blocks itself.
+    float32: AVX512F, and for two rows or more also AVX2 and FMA without AVX-512. bfloat16:
+    AVX512-BF16, or AVX2 and FMA without AVX-512 at all (an AVX-512 CPU without its BF16
+    extension was not measured; oneDNN's bfloat16 GEMV keeps serving it)."""
     out = set()
-    if "avx512f" in flags:
+    avx2_only = {"avx2", "fma"} <= flags and "avx512f" not in flags
+    if "avx512f" in flags or (rows > 1 and avx2_only):
         out.add(torch.float32)
-    if {"avx512f", "avx512bw", "avx512_bf16"} <= flags or ({"avx2", "fma"} <= flags and "avx512f" not in flags):
+    if {"avx512f", "avx512bw", "avx512_bf16"} <= flags or avx2_only:
         out.add(torch.bfloat16)
     return frozenset(out)
 
@@ -77,9 +85,11 @@ def _define() -> None:
 _define()
 
 _lock = threading.Lock()
-_state: dict[str, object] = {"tried": False, "serves": frozenset()}
-#: The dtypes the loaded kernel serves on this CPU (read by ``packed_linear``; empty until :func:`prepare`).
+_state: dict[str, object] = {"tried": False, "serves": (frozenset(), frozenset())}
+#: The dtypes the loaded kernel serves on this CPU for one row and for two rows or more (read by
+#: ``packed_linear``; empty until :func:`prepare`).
 READY: frozenset[torch.dtype] = frozenset()
+READY_ROWS: frozenset[torch.dtype] = frozenset()
 
 
 def _cpu_flags() -> set[str]:
@@ -130,34 +140,37 @@ def _build() -> None:
              is_python_module=False, verbose=False)
 
 
-def prepare(dtype: torch.dtype) -> bool:
-    """Load (building once if needed) the kernel and say whether it serves ``dtype`` here.
-    Call outside compiled code (building the packed weights does): it sets :data:`READY`."""
-    global READY
+def prepare(dtype: torch.dtype, rows: int = 1) -> bool:
+    """Load (building once if needed) the kernel and say whether it serves ``dtype`` products
+    of ``rows`` rows here. Call outside compiled code (building the packed weights does): it
+    sets :data:`READY` and :data:`READY_ROWS`."""
+    global READY, READY_ROWS
     if os.environ.get(ENV_SWITCH, "1") == "0":
-        READY = frozenset()
+        READY = READY_ROWS = frozenset()
         return False
     if not _state["tried"]:
         with _lock:
             if not _state["tried"]:
                 _state["serves"] = _load()
                 _state["tried"] = True
-    READY = _state["serves"]  # type: ignore[assignment]
-    return dtype in READY
+    READY, READY_ROWS = _state["serves"]  # type: ignore[misc]
+    return ready(dtype, rows)
 
 
-def _load() -> frozenset[torch.dtype]:
-    """The dtypes served on this CPU once the library is loaded; empty when it cannot be."""
-    served = served_dtypes(_cpu_flags())
-    if not served:
-        return frozenset()
+def _load() -> tuple[frozenset[torch.dtype], frozenset[torch.dtype]]:
+    """The dtypes served on this CPU for one row and for more, once the library is loaded;
+    empty when it cannot be."""
+    flags = _cpu_flags()
+    served = (served_dtypes(flags), served_dtypes(flags, rows=2))
+    if not served[1]:
+        return frozenset(), frozenset()
     try:
         _build()
     except Exception as exc:  # no compiler, no ninja, a read-only cache: the portable paths serve
         reason = " ".join(str(exc).split())[:200]
         print(f"plga: note: the native CPU kernel is unavailable ({type(exc).__name__}: {reason}); "
               "decoding products use the portable paths", file=sys.stderr, flush=True)
-        return frozenset()
+        return frozenset(), frozenset()
     return served
 
 
@@ -166,13 +179,14 @@ def loaded() -> bool:
     and bfloat16 products whichever dtypes :func:`served_dtypes` sends it (the bench's bandwidth
     probe reads float32 weights through it on every such CPU)."""
     prepare(torch.float32)
-    return bool(READY)
+    return bool(READY_ROWS)
 
 
-def ready(dtype: torch.dtype) -> bool:
-    """Whether the last :func:`prepare` left the kernel serving ``dtype`` (no side effect: safe in
-    compiled code, where Dynamo guards on :data:`READY`)."""
-    return dtype in READY
+def ready(dtype: torch.dtype, rows: int = 1) -> bool:
+    """Whether the last :func:`prepare` left the kernel serving ``dtype`` products of ``rows``
+    rows (no side effect: safe in compiled code, where Dynamo guards on :data:`READY` and
+    :data:`READY_ROWS`)."""
+    return dtype in (READY if rows <= 1 else READY_ROWS)
 
 
-__all__ = ["ENV_SWITCH", "READY", "loaded", "prepare", "ready", "served_dtypes"]
+__all__ = ["ENV_SWITCH", "READY", "READY_ROWS", "loaded", "prepare", "ready", "served_dtypes"]

@@ -7,7 +7,8 @@ product, and the vocabulary projection.
 On the CPU the copies keep the ``nn.Linear`` row layout W [N, K] (:func:`pack_rows`) wherever
 the native kernel (:mod:`.native`) serves the dtype, in bfloat16 / float16, and in every dtype
 with the opt-in ``compile_decode``. Up to :data:`PACKED_SMALL_M` rows (decoding) run the native
-kernel: a product of a few rows over rows of W is a contiguous dot product per output, and
+kernel where it serves the dtype for that many rows (:func:`.native.ready`; on a CPU with AVX2
+only, float32 from two rows): a product of a few rows over rows of W is a contiguous dot product per output, and
 torch's GEMV re-reads or converts W (bench machine, 2 threads, 32000 × 896 float32, one row:
 2.1 ms against 3.6 for the column blocks below and 10.6 for ``F.linear``; eight rows 3.8
 against 10.2 and 14.2). One row inside a captured step runs the GEMV fused into the graph
@@ -151,7 +152,7 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     Column blocks, up to :data:`PACKED_SMALL_M` rows: one ``baddbmm`` over the blocks (a free
     view when M = 1); more rows: one GEMM per block, each written in place into its columns of
     the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
-    where it serves the dtype, but for one row inside a captured step, where the GEMV fused into
+    where it serves the dtype for that many rows, but for one row inside a captured step, where the GEMV fused into
     the graph measured as fast or faster (except a low-precision W of
     :data:`NATIVE_ONE_ROW_MIN` elements or more); else the fused GEMV in a captured step, or
     for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: :func:`.gemm.linear`.
@@ -160,7 +161,7 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
         m = x.shape[0]
         capturing = torch.compiler.is_compiling()
         fused_one_row = capturing and m == 1 and not (w.dtype in _LOW_PRECISION and w.numel() >= NATIVE_ONE_ROW_MIN)
-        if m <= PACKED_SMALL_M and native.ready(w.dtype) and not fused_one_row:
+        if m <= PACKED_SMALL_M and native.ready(w.dtype, m) and not fused_one_row:
             out = torch.ops.plga.rows_linear(x, w, b)  # an opaque call inside a captured step
         elif capturing and m <= PACKED_SMALL_M:  # fused into the captured step
             out = _gemv(x, w, b)

@@ -160,7 +160,7 @@ def test_a_hook_keeps_generation_on_the_module_path():
 def test_layout_follows_the_batch(monkeypatch):
     """With compile_decode, float32 copies on the CPU use the row layout for a batch of one
     (one-row products: the compiled GEMV); larger batches use it too where the native kernel
-    serves float32 (their few-row products), else the column blocks."""
+    serves float32 products of that many rows, else the column blocks."""
     from plga.kernels import native
 
     _, model = model_pair(PLDRConfig.from_name("tiny"), 26, dtype=torch.float32)
@@ -176,7 +176,7 @@ def test_layout_follows_the_batch(monkeypatch):
     one = _generate(model, BATCH[:1], "kvg", captured=True)
     assert rank(1) == 2  # rows [N, K]
     three = _generate(model, BATCH, "kvg", captured=True)
-    assert rank(3) == (2 if native.prepare(torch.float32) else 3)
+    assert rank(3) == (2 if native.prepare(torch.float32, 3) else 3)
     assert torch.equal(three.tokens[:1], one.tokens)
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     assert rank(3) == 3  # column blocks [P, K, N/P]
@@ -305,6 +305,40 @@ def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeyp
     for got in (fused, nat):
         assert torch.equal(got.tokens, plain.tokens)
         assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=2e-2, name="bf16 captured")
+
+
+def test_few_row_float32_products_run_the_native_kernel_in_a_captured_step(monkeypatch):
+    """Where the native kernel serves float32 products of several rows (every CPU it loads on),
+    a captured float32 step of a batch runs each product on it (an opaque call in the graph)
+    and decodes the plain path's tokens; with the kernel withheld from several-row products
+    (the control) the step runs Inductor's own product and no call reaches the kernel."""
+    from torch.profiler import profile
+
+    from plga.kernels import native
+
+    if not native.prepare(torch.float32, len(BATCH)):
+        pytest.skip("the native kernel does not serve several-row float32 products on this machine")
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 31, dtype=torch.float32)
+    plain = _generate(model, BATCH, "kvg", captured=False)
+
+    def captured() -> tuple[object, int]:
+        _generate(model, BATCH, "kvg", captured=True)  # compiles (which may run the op on its own)
+        with profile() as prof:
+            out = _generate(model, BATCH, "kvg", captured=True)
+        return out, sum(ev.count for ev in prof.key_averages() if ev.key == "plga::rows_linear")
+
+    got, calls = captured()
+    withheld = tuple(frozenset(d - {torch.float32}) for d in native._state["serves"])
+    with monkeypatch.context() as patch:
+        patch.setitem(native._state, "serves", withheld)  # what the next prepare() reads
+        fused, fused_calls = captured()
+    native.prepare(torch.float32)  # the real answer again for later tests
+    assert calls == 1 + (NEW - 1) * (4 * config.num_layers + 1)  # the prompt's last rows; QKV, output, gates, down, vocabulary
+    assert fused_calls == 0
+    for out in (got, fused):
+        assert torch.equal(out.tokens, plain.tokens)
+        assert_rel_close(out.step_logits.double(), plain.step_logits.double(), rtol=1e-5, name="float32 captured")
 
 
 def test_sampled_generation_is_the_uncaptured_one():

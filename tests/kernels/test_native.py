@@ -118,8 +118,8 @@ def test_the_same_result_inside_a_compiled_graph(dtype):
     registration): the graph returns exactly what the eager call does. The ops around it are
     exact in floating point (× 2, relu, × 0.5), so Inductor's fused code cannot differ from
     eager's by rounding (a SiLU here would: its compiled and eager forms differ in the last bit)."""
-    if not _served(dtype):
-        pytest.skip(f"the native kernel does not serve {dtype} on this CPU")
+    if not native.prepare(dtype, 3):
+        pytest.skip(f"the native kernel does not serve {dtype} products of 3 rows on this CPU")
     x, w, b = _inputs(3, 50, 40, dtype, seed=5)
 
     def f(x, w, b):
@@ -130,11 +130,12 @@ def test_the_same_result_inside_a_compiled_graph(dtype):
 
 
 def test_packed_linear_dispatch():
-    """Few-row products on the row layout run the kernel in each dtype it serves here, one row too
-    (outside captured steps); more than PACKED_SMALL_M rows run the GEMM; a dtype it does not
-    serve never runs it."""
+    """Few-row products on the row layout run the kernel in each dtype it serves here for that
+    many rows, one row too (outside captured steps); more than PACKED_SMALL_M rows run the GEMM;
+    a dtype it does not serve never runs it."""
     served = [d for d in DTYPES if _served(d)]
-    if not served:
+    served_rows = [d for d in DTYPES if native.prepare(d, 8)]
+    if not served_rows:
         pytest.skip("the native kernel serves no dtype on this CPU")
     from torch.profiler import profile
 
@@ -147,7 +148,7 @@ def test_packed_linear_dispatch():
 
     x = torch.randn(8, 24)
     for dtype in DTYPES:
-        assert ran_native(x, dtype) is (dtype in served) and ran_native(x[:1], dtype) is (dtype in served)
+        assert ran_native(x, dtype) is (dtype in served_rows) and ran_native(x[:1], dtype) is (dtype in served)
         assert not ran_native(torch.randn(17, 24), dtype)
 
 
@@ -288,12 +289,14 @@ def test_the_avx2_switch_narrows_and_restores():
     assert_rel_close(narrow, widest, rtol=1e-5)
 
 
-@pytest.mark.parametrize(("flags", "served"), [
-    ({"avx2", "fma"}, {torch.bfloat16}),  # AVX2 only (AMD EPYC measured): bfloat16 on the AVX2 blocks
-    ({"avx2", "fma", "avx512f", "avx512bw"}, {torch.float32}),  # AVX-512 without BF16: not measured for bf16
-    ({"avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"}, {torch.float32, torch.bfloat16}),
-    ({"avx2"}, set()),  # no FMA
-    (set(), set()),
+@pytest.mark.parametrize(("flags", "served", "served_rows"), [
+    # AVX2 only (AMD EPYC measured): bfloat16 on the AVX2 blocks; float32 from two rows
+    ({"avx2", "fma"}, {torch.bfloat16}, {torch.float32, torch.bfloat16}),
+    ({"avx2", "fma", "avx512f", "avx512bw"}, {torch.float32}, {torch.float32}),  # AVX-512 without BF16: not measured for bf16
+    ({"avx2", "fma", "avx512f", "avx512bw", "avx512_bf16"}, {torch.float32, torch.bfloat16}, {torch.float32, torch.bfloat16}),
+    ({"avx2"}, set(), set()),  # no FMA
+    (set(), set(), set()),
 ])
-def test_served_dtypes_follow_the_measured_rule(flags, served):
-    assert native.served_dtypes(flags) == served
+def test_served_dtypes_follow_the_measured_rule(flags, served, served_rows):
+    assert native.served_dtypes(flags) == native.served_dtypes(flags, rows=1) == served
+    assert native.served_dtypes(flags, rows=2) == native.served_dtypes(flags, rows=16) == served_rows
