@@ -129,17 +129,25 @@ _compiled_gemv: Callable[[Tensor, Tensor, Tensor], Tensor] | None = None
 _gemv_shapes: set[tuple[Any, ...]] = set()
 
 
+def _guarded(t: Tensor) -> tuple[Any, ...]:
+    """What Dynamo's guards on a tensor argument check (a change means a new compiled entry):
+    shape, strides, dtype, device, autograd, and whether it is an inference tensor (the packed
+    copies are, when first built inside ``inference_mode``)."""
+    return (tuple(t.shape), t.stride(), t.dtype, t.device, t.requires_grad, t.is_inference())
+
+
 def rows_gemv(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     """:func:`_gemv` under ``torch.compile`` (built on first use; one compilation per weight
-    shape, cached on disk by Inductor across processes): the load–convert–multiply–add chain
-    fuses into one vectorized reduction over contiguous rows, on every intra-op thread."""
+    shape and tensor variant (:func:`_guarded`), cached on disk by Inductor across processes):
+    the load–convert–multiply–add chain fuses into one vectorized reduction over contiguous
+    rows, on every intra-op thread."""
     global _compiled_gemv
     if _compiled_gemv is None:
         _compiled_gemv = torch.compile(_gemv, dynamic=False)
-    key = (x.shape, w.shape, x.dtype, w.dtype)
+    key = tuple(_guarded(t) for t in (x, w, b))
     if key in _gemv_shapes:
         return _compiled_gemv(x, w, b)
-    # a new shape compiles: past Dynamo's default limit (8 entries) it would run eagerly, with a warning
+    # a new variant compiles: past Dynamo's default limit (8 entries) it would run eagerly, with a warning
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         out = _compiled_gemv(x, w, b)
     _gemv_shapes.add(key)

@@ -44,6 +44,25 @@ def test_compiled_gemv_within_policy():
     assert not within_policy(rows_gemv(xl, wl.flip(0), bl), truth, [F.linear(xl, wl, bl)])  # negative control
 
 
+def test_every_variant_of_a_shape_compiles_under_the_raised_limit():
+    """The same shapes as inference tensors and as ordinary ones (the packed copies are either,
+    by where they were first built) are two compiled entries; each compiles with the raised
+    recompile limit, never falling back to eager code at Dynamo's default."""
+    from torch._dynamo.utils import counters
+
+    g = torch.Generator().manual_seed(1)
+    w, b, x = (torch.randn(*s, generator=g) for s in ((53, 37), (53,), (1, 37)))  # a shape no other test uses
+    want = F.linear(x, w, b)
+    graphs = []
+    for inference in (True, False):
+        with torch.inference_mode(inference), torch._dynamo.config.patch(recompile_limit=1):  # the default, made tight
+            args = [t.clone() for t in (x, w, b)]
+            before = counters["stats"]["unique_graphs"]
+            assert_rel_close(rows_gemv(*args), want, rtol=1e-5)
+            graphs.append(counters["stats"]["unique_graphs"] - before)
+    assert graphs == [1, 1]
+
+
 def test_bfloat16_copies_use_the_row_layout():
     _, model = model_pair(PLDRConfig.from_name("tiny"), 21, dtype=torch.bfloat16)
     model.generate(torch.tensor([[5, 9, 1]]), 2, "kv")
