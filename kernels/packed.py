@@ -8,8 +8,8 @@ On the CPU the copies keep the ``nn.Linear`` row layout W [N, K] (:func:`pack_ro
 the native kernel (:mod:`.native`) serves the dtype, in bfloat16 / float16, and in every dtype
 with the opt-in ``compile_decode``. Up to :data:`PACKED_SMALL_M` rows (decoding) run the native
 kernel where it serves the dtype for that many rows (:func:`.native.ready`; on a CPU with AVX2
-only, float32 from two rows): a product of a few rows over rows of W is a contiguous dot product per output, and
-torch's GEMV re-reads or converts W (bench machine, 2 threads, 32000 × 896 float32, one row:
+only, float32 from two rows): a product of a few rows over rows of W is a contiguous dot
+product per output, and torch's GEMV re-reads or converts W (bench machine, 2 threads, 32000 × 896 float32, one row:
 2.1 ms against 3.6 for the column blocks below and 10.6 for ``F.linear``; eight rows 3.8
 against 10.2 and 14.2). One row inside a captured step runs the GEMV fused into the graph
 instead, unless W is a low-precision weight of at least :data:`NATIVE_ONE_ROW_MIN` elements,
@@ -160,8 +160,8 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     Column blocks, up to :data:`PACKED_SMALL_M` rows: one ``baddbmm`` over the blocks (a free
     view when M = 1); more rows: one GEMM per block, each written in place into its columns of
     the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
-    where it serves the dtype for that many rows, but for one row inside a captured step, where the GEMV fused into
-    the graph measured as fast or faster (except a low-precision W of
+    where it serves the dtype for that many rows, but for one row inside a captured step, where
+    the GEMV fused into the graph measured as fast or faster (except a low-precision W of
     :data:`NATIVE_ONE_ROW_MIN` elements or more); else the fused GEMV in a captured step, or
     for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: :func:`.gemm.linear`.
     """

@@ -274,13 +274,22 @@ def test_a_callers_force_eager_stance_holds_for_every_step(monkeypatch):
     assert torch.equal(again.tokens, want.tokens) and torch.equal(got.tokens, want.tokens[:2])
 
 
+def _captured_kernel_calls(model: PLDRModel, prompt: torch.Tensor):
+    """A captured kvg generation of ``prompt`` after a warm-up one (which compiles, and may run
+    the native op on its own), and how many ``plga::rows_linear`` calls it made."""
+    from torch.profiler import profile
+
+    _generate(model, prompt, "kvg", captured=True)
+    with profile() as prof:
+        out = _generate(model, prompt, "kvg", captured=True)
+    return out, sum(ev.count for ev in prof.key_averages() if ev.key == "plga::rows_linear")
+
+
 def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeypatch):
     """A captured bf16 step runs its one-row products over weights of at least
     ``NATIVE_ONE_ROW_MIN`` elements on the native kernel (an opaque call in the graph) and the
     smaller ones fused into the graph; either way it decodes the plain path's tokens (whose
     one-row products run the native kernel outside a graph)."""
-    from torch.profiler import profile
-
     from plga.kernels import native
     from plga.kernels import packed as P
 
@@ -293,10 +302,7 @@ def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeyp
 
     def captured_with(limit: int):
         monkeypatch.setattr(P, "NATIVE_ONE_ROW_MIN", limit)
-        _generate(model, prompt, "kvg", captured=True)  # compiles (which may run the op on its own)
-        with profile() as prof:
-            out = _generate(model, prompt, "kvg", captured=True)
-        return out, sum(ev.count for ev in prof.key_averages() if ev.key == "plga::rows_linear")
+        return _captured_kernel_calls(model, prompt)
 
     fused, fused_calls = captured_with(1 << 40)
     nat, native_calls = captured_with(0)
@@ -312,8 +318,6 @@ def test_few_row_float32_products_run_the_native_kernel_in_a_captured_step(monke
     a captured float32 step of a batch runs each product on it (an opaque call in the graph)
     and decodes the plain path's tokens; with the kernel withheld from several-row products
     (the control) the step runs Inductor's own product and no call reaches the kernel."""
-    from torch.profiler import profile
-
     from plga.kernels import native
 
     if not native.prepare(torch.float32, len(BATCH)):
@@ -322,17 +326,11 @@ def test_few_row_float32_products_run_the_native_kernel_in_a_captured_step(monke
     _, model = model_pair(config, 31, dtype=torch.float32)
     plain = _generate(model, BATCH, "kvg", captured=False)
 
-    def captured() -> tuple[object, int]:
-        _generate(model, BATCH, "kvg", captured=True)  # compiles (which may run the op on its own)
-        with profile() as prof:
-            out = _generate(model, BATCH, "kvg", captured=True)
-        return out, sum(ev.count for ev in prof.key_averages() if ev.key == "plga::rows_linear")
-
-    got, calls = captured()
+    got, calls = _captured_kernel_calls(model, BATCH)
     withheld = tuple(frozenset(d - {torch.float32}) for d in native._state["serves"])
     with monkeypatch.context() as patch:
         patch.setitem(native._state, "serves", withheld)  # what the next prepare() reads
-        fused, fused_calls = captured()
+        fused, fused_calls = _captured_kernel_calls(model, BATCH)
     native.prepare(torch.float32)  # the real answer again for later tests
     assert calls == 1 + (NEW - 1) * (4 * config.num_layers + 1)  # the prompt's last rows; QKV, output, gates, down, vocabulary
     assert fused_calls == 0
