@@ -3,10 +3,13 @@ kernels/csrc/rows_linear.cpp, loaded by :mod:`plga.kernels.native`).
 
 Its contract: b + x Wᵀ with products and sums in float32 and one rounding to the output dtype.
 Every result is checked against the exact float64 product of the same (rounded) inputs with the
-error bound that contract implies, over shapes that exercise every path of the kernel (groups of
-1–4 rows of x, blocks of 4 rows of W and the remainder rows, K tails of every length). Negative
-controls show the bound catches a dropped K tail, a dropped remainder row and swapped rows of x.
-The model-level tests decode batches through it (plain and captured) and check that it ran.
+error bound that contract implies, over shapes that exercise every path of the kernel: groups of
+1–4 rows of x on blocks of 4 rows of W and the remainder rows; on the AVX2 blocks, float32 x of
+more than 4 rows broadcast over chunks of 8 and 16 lanes (and several chunks past 16 rows), blocks
+of 8 and 6 rows of W and their remainders; K tails of every length. Negative controls show the
+bound catches a dropped K tail, a dropped remainder row and swapped rows of x (within a chunk and
+across two). The model-level tests decode batches through it (plain and captured) and check that
+it ran.
 """
 
 from __future__ import annotations
@@ -68,7 +71,7 @@ def blocks(request):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
-@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 8, 16])
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 6, 8, 9, 12, 16, 17, 33])
 @pytest.mark.parametrize(("n", "k"), [(1, 1), (3, 15), (4, 16), (7, 17), (37, 31), (64, 32), (130, 33), (9, 100), (257, 256), (40, 683)])
 def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k, blocks):
     """Every dtype on every block variant this CPU runs (a dtype the model does not send here
@@ -80,17 +83,19 @@ def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k, block
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
-def test_negative_controls_the_bound_catches_dropped_and_swapped_work(dtype, blocks):
+@pytest.mark.parametrize("m", [5, 17])
+def test_negative_controls_the_bound_catches_dropped_and_swapped_work(dtype, m, blocks):
     """What a broken kernel would return — the K tail skipped, the last (remainder) row of W
-    skipped, two rows of x swapped — is outside the bound the kernel itself meets."""
-    x, w, b = _inputs(5, 7, 35, dtype, seed=7)  # 7 = one block of 4 + 3 remainder rows; 35 = tails
+    skipped, the first and last rows of x swapped (17: across two broadcast chunks) — is outside
+    the bound the kernel itself meets."""
+    x, w, b = _inputs(m, 7, 35, dtype, seed=7)  # 7 = one block of 4 + 3 remainder rows; 35 = tails
     x[:, -1], w[:, -1] = 1.0, 4.0  # the tail column matters
     assert _violations(torch.ops.plga.rows_linear(x, w, b), x, w, b) == 0
     xd, wd, bd = x.double(), w.double(), b.double()
     no_tail = (bd + xd[:, :-1] @ wd[:, :-1].T).to(dtype)
     no_last_row = (bd + xd @ wd.T).to(dtype)
     no_last_row[:, -1] = b[-1]
-    swapped = torch.ops.plga.rows_linear(x[[1, 0, 2, 3, 4]], w, b)
+    swapped = torch.ops.plga.rows_linear(x[[m - 1, *range(1, m - 1), 0]], w, b)
     for wrong in (no_tail, no_last_row, swapped):
         assert _violations(wrong, x, w, b) > 0
 
@@ -155,35 +160,41 @@ def test_packed_linear_dispatch():
 # --- decoding through the kernel ----------------------------------------------------------------
 
 PROMPTS = torch.tensor([[5, 9, 1, 30, 2, 7], [0, 0, 3, 4, 5, 6], [0, 8, 8, 2, 6, 1]])
+#: Six rows: past the 4-row groups (on an AVX2-only CPU, float32 runs the broadcast blocks).
+PROMPTS_6 = torch.cat([PROMPTS, torch.tensor([[0, 0, 0, 0, 2, 9], [7, 7, 7, 1, 1, 1], [0, 3, 1, 4, 1, 5]])])
 
 
-def _generate(model: PLDRModel, captured: bool, n: int = 6):
+def _generate(model: PLDRModel, captured: bool, n: int = 6, prompts: torch.Tensor = PROMPTS):
     from torch.profiler import profile
 
     model.compile_decode = captured
     try:
         with profile() as prof:
-            out = model.generate(PROMPTS, n, "kvg", return_step_logits=True)
+            out = model.generate(prompts, n, "kvg", return_step_logits=True)
     finally:
         model.compile_decode = False
     return out, any(e.key == "plga::rows_linear" for e in prof.key_averages())
 
 
-@needs[torch.float32]
-def test_float32_batch_decoding_through_the_kernel_equals_the_portable_path(monkeypatch):
-    """A batch of three with padding, plain and captured steps (row layout: the kernel) against
-    the portable path (``PLGA_NATIVE=0``: column blocks and torch's GEMV): the same tokens, logits
-    within float32 rounding; and the kernel ran exactly where it should."""
+@pytest.mark.parametrize("prompts", [PROMPTS, PROMPTS_6], ids=["b3", "b6"])
+def test_float32_batch_decoding_through_the_kernel_equals_the_portable_path(monkeypatch, prompts):
+    """A padded batch of three, and of six, plain and captured steps against the portable path
+    (``PLGA_NATIVE=0``: column blocks and torch's GEMV): the same tokens, logits within float32
+    rounding; and the kernel ran exactly where it should: in captured steps (their layout follows
+    the batch), and in plain steps where it serves float32 for one row (their layout is the
+    model's: on a CPU with AVX2 only they keep the column blocks)."""
+    if not native.prepare(torch.float32, len(prompts)):
+        pytest.skip(f"the native kernel does not serve float32 products of {len(prompts)} rows on this CPU")
     _, model = model_pair(PLDRConfig.from_name("tiny"), 31, dtype=torch.float32)
     monkeypatch.setenv(native.ENV_SWITCH, "0")
     try:
-        portable, portable_native = _generate(model, captured=False)
+        portable, portable_native = _generate(model, captured=False, prompts=prompts)
     finally:
         monkeypatch.delenv(native.ENV_SWITCH)
-        native.prepare(torch.float32)
-    plain, plain_native = _generate(model, captured=False)
-    got, ran = _generate(model, captured=True)
-    assert ran and plain_native and not portable_native
+        native.prepare(torch.float32, len(prompts))
+    plain, plain_native = _generate(model, captured=False, prompts=prompts)
+    got, ran = _generate(model, captured=True, prompts=prompts)
+    assert ran and not portable_native and plain_native is native.prepare(torch.float32)
     for out, name in ((plain, "plain"), (got, "captured")):
         assert torch.equal(out.tokens, portable.tokens), name
         assert_rel_close(out.step_logits.double(), portable.step_logits.double(), rtol=1e-5, name=f"float32 batch, {name}")
