@@ -33,10 +33,11 @@ import torch
 from torch import Tensor
 
 #: Compiled entries kept for the step function (Dynamo's default, 8, is too few for a process
-#: that decodes several models, batches and modes). When a new shape finds them all taken (with
-#: ``fullgraph=True`` Dynamo raises rather than run eagerly) the step's entries are dropped and
-#: the new one compiled: a dropped shape compiles again on its next use (from Inductor's disk
-#: cache). Dynamo's lifetime cap on the step's compilations is lifted for the same reason.
+#: that decodes several models, batches and modes). When a new shape finds them all taken, the
+#: step's entries are dropped before it compiles (Dynamo would log a warning, then — with
+#: ``fullgraph=True`` — raise rather than run eagerly): a dropped shape compiles again on its
+#: next use (from Inductor's disk cache). Dynamo's lifetime cap on the step's compilations is
+#: lifted for the same reason.
 RECOMPILE_LIMIT = 64
 _LIFETIME_COMPILATIONS = 1 << 30
 _COMPILED: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
@@ -109,10 +110,12 @@ class CapturedSteps:
         if self._warm:
             return self.fn(model, *args)
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=_LIFETIME_COMPILATIONS):
+            if len(_entries(_step) or ()) >= RECOMPILE_LIMIT:  # no entry accepts this step: make room
+                torch._dynamo.eval_frame.remove_from_cache(_step)
             try:
                 out = self.fn(model, *args)
-            except torch._dynamo.exc.FailOnRecompileLimitHit:  # raised before the step ran: nothing written
-                torch._dynamo.eval_frame.remove_from_cache(_step)
+            except torch._dynamo.exc.FailOnRecompileLimitHit:  # a torch that cannot list its entries
+                torch._dynamo.eval_frame.remove_from_cache(_step)  # raised before the step ran: nothing written
                 out = self.fn(model, *args)
         if _default_stance():  # not under a user's stance (force_eager runs every step eagerly)
             self.direct = entry_function(_step, (model, *args))
@@ -135,15 +138,23 @@ def entry_function(fn: Callable[..., Any], args: tuple[Any, ...]) -> Callable[..
     arguments (it calls the compiled graph with the tensors it reads from them), or None when
     no entry accepts them or this torch cannot list the entries."""
     code = fn.__code__
-    try:
-        entries = torch._dynamo.eval_frame._debug_get_cache_entry_list(code)
-    except (AttributeError, RuntimeError):
+    entries = _entries(fn)
+    if entries is None:
         return None
     f_locals = dict(zip(code.co_varnames[: code.co_argcount], args, strict=True))
     for entry in entries:
         if entry.code.co_argcount == code.co_argcount and not entry.code.co_freevars and entry.guard_manager.check(f_locals):
             return types.FunctionType(entry.code, fn.__globals__, f"{fn.__name__}_compiled")
     return None
+
+
+def _entries(fn: Callable[..., Any]) -> list[Any] | None:
+    """Dynamo's cache entries for ``fn``'s code, in its lookup order; None when this torch cannot
+    list them."""
+    try:
+        return list(torch._dynamo.eval_frame._debug_get_cache_entry_list(fn.__code__))
+    except (AttributeError, RuntimeError):
+        return None
 
 
 def prepare_cache(cache: Any) -> None:
