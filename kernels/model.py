@@ -735,7 +735,7 @@ class PLDRModel(nn.Module):
         logits, h, _ = self._run(tokens, p, "last")
         assert logits is not None
         bad = ~torch.isfinite(h).reshape(h.shape[0], h.shape[1], -1).all(-1)  # [B, 1]
-        return logits, torch.argmax(logits, dim=-1), bad, bad.any()
+        return logits, native.greedy(logits), bad, bad.any()
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -826,7 +826,7 @@ class PLDRModel(nn.Module):
             if return_step_logits:
                 steps.append(step_logits)
             if temperature == 0:  # the model already refused non-finite activations
-                return torch.argmax(step_logits, dim=-1) if greedy is None else greedy
+                return native.greedy(step_logits) if greedy is None else greedy
             ids = sample_next(step_logits.double().cpu().numpy(), rng, temperature, top_k, top_p)
             return torch.as_tensor(ids, device=self.device)
 

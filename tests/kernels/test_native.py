@@ -1,5 +1,6 @@
 """The native CPU kernel of the decoding products (``torch.ops.plga.rows_linear``,
-kernels/csrc/rows_linear.cpp, loaded by :mod:`plga.kernels.native`).
+kernels/csrc/rows_linear.cpp, loaded by :mod:`plga.kernels.native`), and its greedy choice
+(``torch.ops.plga.rows_argmax``: torch.argmax's index on every kind of row, with negative controls).
 
 Its contract: b + x Wᵀ with products and sums in float32 and one rounding to the output dtype.
 Every result is checked against the exact float64 product of the same (rounded) inputs with the
@@ -274,11 +275,98 @@ def test_without_the_kernel_the_portable_paths_serve(monkeypatch, capsys):
 
 
 def test_the_op_is_defined_once_per_process():
-    """Reloading the module finds the schema already there (a second define would raise)."""
+    """Reloading the module finds the schemas already there (a second define would raise)."""
     import importlib
 
     importlib.reload(native)
-    assert callable(torch.ops.plga.rows_linear)
+    assert callable(torch.ops.plga.rows_linear) and callable(torch.ops.plga.rows_argmax)
+
+
+# --- the greedy choice: plga::rows_argmax --------------------------------------------------------
+
+
+def _argmax_rows(m: int, n: int, dtype: torch.dtype, seed: int) -> list[torch.Tensor]:
+    """Rows that tell argmax variants apart: random values, ties (rounded values, all zeros, ±0),
+    infinities, all −inf, and NaN first, last, alone and beside an infinity."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, n, generator=g, dtype=torch.float64).to(dtype)
+    signed_zeros = torch.where(torch.arange(n) % 2 == 0, -0.0, 0.0).to(dtype).expand(m, n).contiguous()
+    out = [x, (x * 2).round(), torch.zeros(m, n, dtype=dtype), signed_zeros, torch.full((m, n), -float("inf"), dtype=dtype)]
+    for edit in ((slice(None), -1, float("nan")), (0, n // 2, float("nan")), (slice(None), n // 3, float("inf"))):
+        y = x.clone()
+        y[edit[0], edit[1]] = edit[2]
+        if edit[2] == float("inf"):
+            y[:, -1] = float("inf")  # a later tie: the first infinity wins
+        out.append(y)
+    y = x.clone()
+    y[:, 0], y[:, -1] = float("inf"), float("nan")  # a NaN after the largest value still wins
+    out.append(y)
+    return out
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
+@pytest.mark.parametrize("m", [1, 3, 8, 17])
+@pytest.mark.parametrize("n", [1, 7, 8, 9, 31, 256, 32000])
+def test_rows_argmax_is_torch_argmax(dtype, m, n):
+    """The same index as ``torch.argmax(x, -1)`` on every row kind (first maximal index; first
+    NaN where a row has one), for lengths with and without an 8-lane tail, and a strided input."""
+    if not native.loaded():
+        pytest.skip("the native kernel is not loaded on this CPU")
+    for i, x in enumerate(_argmax_rows(m, n, dtype, seed=100 * m + n)):
+        got = torch.ops.plga.rows_argmax(x)
+        assert got.dtype == torch.long and torch.equal(got, torch.argmax(x, -1)), (i, got, torch.argmax(x, -1))
+    x = _argmax_rows(m, n, dtype, seed=7)[0]
+    strided = torch.cat([x, x], 1)[:, ::2]
+    assert torch.equal(torch.ops.plga.rows_argmax(strided), torch.argmax(strided, -1))
+
+
+def test_rows_argmax_negative_controls_and_refusals():
+    """The rows above tell the usual wrong answers from torch's: the last maximal index, NaN
+    ignored, NaN as the smallest value. Empty rows, other dtypes and other ranks are refused."""
+    if not native.loaded():
+        pytest.skip("the native kernel is not loaded on this CPU")
+    rows = _argmax_rows(3, 37, torch.float32, seed=3)
+
+    def last_max(x: torch.Tensor) -> torch.Tensor:
+        return x.shape[1] - 1 - torch.argmax(x.flip(1), -1)
+
+    def nan_ignored(x: torch.Tensor) -> torch.Tensor:
+        return torch.argmax(torch.nan_to_num(x, nan=-float("inf")), -1)
+
+    for wrong in (last_max, nan_ignored):
+        assert any(not torch.equal(wrong(x), torch.argmax(x, -1)) for x in rows), wrong.__name__
+    op = torch.ops.plga.rows_argmax
+    with pytest.raises(RuntimeError, match="length 0"):
+        op(torch.zeros(2, 0))
+    with pytest.raises(RuntimeError, match="float32 or bfloat16"):
+        op(torch.zeros(2, 3, dtype=torch.float64))
+    with pytest.raises(RuntimeError, match=r"expected x \[M, N\]"):
+        op(torch.zeros(3))
+    assert op(torch.zeros(0, 5)).shape == (0,)
+
+
+def test_greedy_uses_the_kernel_where_loaded_and_torch_elsewhere(monkeypatch):
+    """``native.greedy`` runs ``plga::rows_argmax`` for CPU float32 / bfloat16 logits when the
+    library is loaded, ``torch.argmax`` otherwise (float64, the kernel withheld), with the same
+    answer; inside a compiled graph too (an opaque call)."""
+    from torch.profiler import profile
+
+    def ran(x: torch.Tensor) -> bool:
+        with profile() as prof:
+            assert torch.equal(native.greedy(x), torch.argmax(x, -1))
+        return any(e.key == "plga::rows_argmax" for e in prof.key_averages())
+
+    x = _argmax_rows(4, 300, torch.float32, seed=11)[-1]
+    loaded = native.loaded()
+    assert ran(x) is loaded and ran(x.bfloat16()) is loaded and not ran(x.double())
+    monkeypatch.setattr(native, "READY_ROWS", frozenset())
+    assert not ran(x)
+    monkeypatch.undo()
+    compiled = torch.compile(lambda t: native.greedy(t * 1.0), fullgraph=True, dynamic=False)
+    compiled(x)
+    with profile() as prof:
+        assert torch.equal(compiled(x), torch.argmax(x, -1))
+    assert any(e.key == "plga::rows_argmax" for e in prof.key_averages()) is loaded
 
 
 def test_the_avx2_switch_narrows_and_restores():
