@@ -333,18 +333,15 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
 // to it — torch.argmax's answer exactly: the first maximal index, or the first NaN where the row
 // has one (NaN counts as the largest value).
 
-__attribute__((target("avx2"))) inline __m256 load8_any(const float* p) { return _mm256_loadu_ps(p); }
-__attribute__((target("avx2"))) inline __m256 load8_any(const at::BFloat16* p) { return load8(p); }
-
 template <typename T>
-__attribute__((target("avx2,fma"))) int64_t argmax_row(const T* p, int64_t n) {
+__attribute__((target("avx2"))) int64_t argmax_row(const T* p, int64_t n) {
   const int64_t full = n - n % 8;
   float best = -std::numeric_limits<float>::infinity();
   bool nan = false;
   if (full) {
     __m256 vmax = _mm256_set1_ps(best), vnan = _mm256_setzero_ps();
     for (int64_t i = 0; i < full; i += 8) {
-      const __m256 v = load8_any(p + i);
+      const __m256 v = load8(p + i);
       vmax = _mm256_max_ps(vmax, v);
       vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(v, v, _CMP_UNORD_Q));
     }
@@ -364,7 +361,7 @@ __attribute__((target("avx2,fma"))) int64_t argmax_row(const T* p, int64_t n) {
   }
   const __m256 vbest = _mm256_set1_ps(best);
   for (int64_t i = 0; i < full; i += 8) {
-    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(load8_any(p + i), vbest, _CMP_EQ_OQ));
+    const int mask = _mm256_movemask_ps(_mm256_cmp_ps(load8(p + i), vbest, _CMP_EQ_OQ));
     if (mask) return i + __builtin_ctz(static_cast<unsigned>(mask));
   }
   for (int64_t i = full; i < n; ++i)
