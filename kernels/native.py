@@ -104,6 +104,8 @@ _state: dict[str, object] = {"tried": False, "serves": (frozenset(), frozenset()
 #: ``packed_linear``; empty until :func:`prepare`).
 READY: frozenset[torch.dtype] = frozenset()
 READY_ROWS: frozenset[torch.dtype] = frozenset()
+#: The logits dtypes ``plga::rows_argmax`` reads (:func:`greedy`).
+_ARGMAX_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def _cpu_flags() -> set[str]:
@@ -213,7 +215,5 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
         return torch.ops.plga.rows_argmax(logits)
     return torch.argmax(logits, dim=-1)
 
-
-_ARGMAX_DTYPES = (torch.float32, torch.bfloat16)
 
 __all__ = ["ENV_SWITCH", "READY", "READY_ROWS", "greedy", "loaded", "prepare", "ready", "served_dtypes"]
