@@ -9,7 +9,10 @@ position is a tensor, its key and value are written into the cache at that posit
 query attends over the whole preallocated cache with the keys not yet written masked like
 padding keys (the published finite −1e9 mask: a masked key's weight is exactly 0, and the
 query's own key is always allowed). Shapes then never change between steps, so one compilation
-serves a whole generation:
+serves a whole generation. The step reads its token from a token buffer of the cache's width,
+writes its greedy choice into the next column and advances the position tensor itself, so a
+greedy generation runs no tensor operation between two steps (each one cost 10–25 µs there, with
+the caches cold after the step: together 8 % of a ``small`` step):
 
 - CPU: ``torch.compile`` (Inductor, ``fullgraph=True``): no Python between operations; the
   one-row products are the row-layout GEMV fused into the graph (or the native kernel, an
@@ -159,10 +162,14 @@ def _entries(fn: Callable[..., Any]) -> list[Any] | None:
 
 def prepare_cache(cache: Any) -> None:
     """On CUDA, mark the cache tensors as static addresses (updated in place inside the graph)."""
-    if cache.layers[0].k.device.type != "cuda":
-        return
-    for lc in cache.layers:
-        for t in (lc.k, lc.v):
+    prepare_static(*(t for lc in cache.layers for t in (lc.k, lc.v)))
+
+
+def prepare_static(*tensors: Tensor) -> None:
+    """On CUDA, mark ``tensors`` — inputs a step updates in place — as static addresses, so the
+    update is part of the replayed graph."""
+    for t in tensors:
+        if t.device.type == "cuda":
             torch._dynamo.mark_static_address(t)
 
 
@@ -172,4 +179,4 @@ def begin_step(device: torch.device) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
-__all__ = ["CapturedSteps", "begin_step", "bucket", "compiled_step", "entry_function", "prepare_cache"]
+__all__ = ["CapturedSteps", "begin_step", "bucket", "compiled_step", "entry_function", "prepare_cache", "prepare_static"]

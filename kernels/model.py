@@ -699,32 +699,35 @@ class PLDRModel(nn.Module):
         return fields
 
     def _captured_step(
-        self, tokens: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None, fields: dict[str, Any],
-        steps: capture.CapturedSteps,
-    ) -> tuple[Tensor, Tensor]:
+        self, ids: Tensor, position: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
+        fields: dict[str, Any], steps: capture.CapturedSteps,
+    ) -> Tensor:
         """Generate's cached step of one token per row as one compiled graph (:mod:`.capture`):
-        the same stages as :meth:`_step` on static shapes. Returns the last-position logits
-        [B, V] and their argmax [B] (the greedy choice, computed in the graph)."""
+        the same stages as :meth:`_step` on static shapes, for the token ``ids[:, position]``.
+        The graph writes the greedy choice to ``ids[:, position + 1]`` and advances ``position``
+        (the loop between steps runs no tensor operation when decoding greedily). Returns the
+        last-position logits [B, V]."""
         if cache.length + 1 > cache.capacity:
             raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + 1)")
-        position = torch.full((1,), cache.length, dtype=torch.long, device=self.device)
-        logits, greedy, bad, any_bad = steps(self, tokens, position, cache, mode, operators, fields)
+        logits, bad, any_bad = steps(self, ids, position, cache, mode, operators, fields)
         cache.length += 1
         if self.check_finite and bool(any_bad):  # one sync; the message names the positions
             guard = FiniteGuard(deductive=False)
             guard.add_flags(self.config.num_layers - 1, "the hidden state", bad)
             guard.check()
         if self.device.type == "cuda":  # a CUDA graph overwrites its outputs on the next replay
-            return logits.clone(), greedy.clone()
-        return logits, greedy
+            return logits.clone()
+        return logits
 
     def _captured_body(
-        self, tokens: Tensor, position: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
+        self, ids: Tensor, position: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
         fields: dict[str, Any],
-    ) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """What :func:`.capture.compiled_step` compiles: tokens [B, 1] at ``position`` [1] →
-        logits [B, V], their argmax [B], the non-finite flags of the last hidden state [B, 1]
-        and whether any is set []."""
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """What :func:`.capture.compiled_step` compiles: the tokens ``ids[:, position]`` of the
+        token buffer ids [B, C + 1] at ``position`` [1] → logits [B, V], the non-finite flags of
+        the last hidden state [B, 1] and whether any is set []; in place, the greedy choice
+        (argmax of the logits) written to ``ids[:, position + 1]`` and ``position`` advanced by one."""
+        tokens = ids.index_select(1, position)  # [B, 1]
         unwritten = torch.arange(cache.capacity, device=position.device) > position  # [C]
         key_padding = unwritten.expand(tokens.shape[0], -1) if cache.key_padding is None else cache.key_padding | unwritten
         p = _Pass(
@@ -735,7 +738,9 @@ class PLDRModel(nn.Module):
         logits, h, _ = self._run(tokens, p, "last")
         assert logits is not None
         bad = ~torch.isfinite(h).reshape(h.shape[0], h.shape[1], -1).all(-1)  # [B, 1]
-        return logits, native.greedy(logits), bad, bad.any()
+        ids.index_copy_(1, position + 1, native.greedy(logits)[:, None])
+        position.add_(1)
+        return logits, bad, bad.any()
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -822,13 +827,13 @@ class PLDRModel(nn.Module):
         out_tokens[:, :s] = tokens
         steps: list[Tensor] = []
 
-        def choose(step_logits: Tensor, greedy: Tensor | None = None) -> Tensor:
+        def choose(step_logits: Tensor) -> Tensor:
             if return_step_logits:
                 steps.append(step_logits)
             if temperature == 0:  # the model already refused non-finite activations
-                return native.greedy(step_logits) if greedy is None else greedy
-            ids = sample_next(step_logits.double().cpu().numpy(), rng, temperature, top_k, top_p)
-            return torch.as_tensor(ids, device=self.device)
+                return native.greedy(step_logits)
+            picked = sample_next(step_logits.double().cpu().numpy(), rng, temperature, top_k, top_p)
+            return torch.as_tensor(picked, device=self.device)
 
         if mode == "nocache":
             for n in steps_of(max_new_tokens, progress):
@@ -844,19 +849,27 @@ class PLDRModel(nn.Module):
             logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
             fields = self._capture_fields(cache) if captured else None
             plain_fields = self._generation_fields(cache) if fields is None and max_new_tokens > 1 else None
-            greedy = None
+            ids, position = out_tokens, None  # where the steps read their tokens
+            if fields is not None:  # a token buffer of the cache's static width, and the step's position
+                ids = torch.zeros(b, cache.capacity + 1, dtype=torch.long, device=self.device)
+                ids[:, :s] = tokens
+                position = torch.full((1,), s, dtype=torch.long, device=self.device)
+                capture.prepare_static(ids, position)
             with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
                 for n in steps_of(max_new_tokens, progress):
                     assert logits is not None
-                    nxt = choose(logits, greedy)
-                    out_tokens[:, s + n] = nxt
-                    if n + 1 < max_new_tokens and captured_steps is not None:
-                        assert fields is not None
-                        logits, greedy = self._captured_step(
-                            nxt.reshape(b, 1).contiguous(), cache, mode, operators, fields, captured_steps
-                        )
+                    if n and position is not None and temperature == 0:  # the step's graph wrote its greedy choice
+                        if return_step_logits:
+                            steps.append(logits)
+                    else:
+                        ids[:, s + n] = choose(logits)
+                    if n + 1 < max_new_tokens and position is not None:
+                        assert fields is not None and captured_steps is not None
+                        logits = self._captured_step(ids, position, cache, mode, operators, fields, captured_steps)
                     elif n + 1 < max_new_tokens:
-                        logits = self._step(nxt[:, None], cache, mode, operators, "last", "sdpa", trusted=True, fields=plain_fields)
+                        logits = self._step(ids[:, s + n, None], cache, mode, operators, "last", "sdpa", trusted=True, fields=plain_fields)
+            if ids is not out_tokens:
+                out_tokens[:, s:] = ids[:, s : s + max_new_tokens]
         step_logits = None
         if return_step_logits:
             v = self.config.input_vocab_size

@@ -59,6 +59,9 @@ COMPILED_GRAPH_MARKER = "## Call CompiledFxGraph"
 #: inside a captured step or not (an event's self time excludes the ops below it, so nothing is
 #: counted twice).
 NATIVE_OP_PREFIX = "plga::"
+#: oneDNN's linear op (``torch.ops.mkldnn._linear_pointwise``, the kernels' GEMM on the CPU):
+#: model arithmetic, registered outside the ``aten`` namespace.
+ONEDNN_OP_PREFIX = "mkldnn::"
 OVERHEAD_OPS = ("argmax", "copy_", "cat", "empty", "fill_", "zero_", "to", "_to_copy", "clone")
 
 
@@ -207,7 +210,7 @@ def _compute_seconds(prof: Any, device: str) -> float:
         if device.startswith("cuda"):
             total_us += float(getattr(ev, "self_device_time_total", getattr(ev, "self_cuda_time_total", 0.0)))
             continue
-        if ev.key.startswith((COMPILED_GRAPH_MARKER, NATIVE_OP_PREFIX)):  # generated or native kernels
+        if ev.key.startswith((COMPILED_GRAPH_MARKER, NATIVE_OP_PREFIX, ONEDNN_OP_PREFIX)):  # generated, native or oneDNN kernels
             total_us += float(ev.self_cpu_time_total)
             continue
         name = ev.key.removeprefix("aten::")
@@ -232,20 +235,26 @@ def _profile_compute(fn: Callable[[], Any], device: str) -> float:
 
 #: Profiled runs of the loop-overhead split, each beside unprofiled runs of the same workload.
 #: The host's speed drifts by tens of percent between minutes, so the compute of one profiled
-#: run divided by the step time of runs taken earlier measured the drift as much as the loop.
-OVERHEAD_PAIRS = 3
+#: run divided by the step time of runs taken earlier measured the drift as much as the loop;
+#: a run on each side of the profiled one cancels a steady drift, and the median of several
+#: pairs the rest (three pairs of one run before each profile spread from −5 % to +31 % on
+#: one row of the bench machine).
+OVERHEAD_PAIRS = 5
 
 
 def _overhead_pairs(generate: Callable[[], Any], prefill: Callable[[], Any], device: str) -> list[dict[str, float]]:
-    """:data:`OVERHEAD_PAIRS` times: the unprofiled wall time of ``generate`` and ``prefill``, then
-    the compute seconds of a profiled call of each (:func:`_profile_compute`), back to back."""
+    """:data:`OVERHEAD_PAIRS` times, for ``generate`` and then ``prefill``: the compute seconds of a
+    profiled call (:func:`_profile_compute`) and, beside it, the unprofiled wall time — the mean
+    of one timed run just before the profiled call and one just after it."""
     pairs = []
     for _ in range(OVERHEAD_PAIRS):
-        (gen_s,), _ = _time(generate, 1, 0, device)
-        (pre_s,), _ = _time(prefill, 1, 0, device)
-        pairs.append({"generate_s": gen_s, "prefill_s": pre_s,
-                      "generate_compute_s": _profile_compute(generate, device),
-                      "prefill_compute_s": _profile_compute(prefill, device)})
+        pair = {}
+        for name, fn in (("generate", generate), ("prefill", prefill)):
+            (before,), _ = _time(fn, 1, 0, device)
+            compute = _profile_compute(fn, device)
+            (after,), _ = _time(fn, 1, 0, device)
+            pair[f"{name}_s"], pair[f"{name}_compute_s"] = (before + after) / 2, compute
+        pairs.append(pair)
     return pairs
 
 

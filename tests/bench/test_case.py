@@ -69,15 +69,48 @@ class _Profile:
 
 
 def test_compute_time_counts_the_models_kernels_and_nothing_else():
-    """The loop-overhead split: matmuls, elementwise ops, a captured graph's own kernels and
-    plga's native operator are arithmetic; copies, argmax, allocation and unnamed events are not."""
+    """The loop-overhead split: matmuls, elementwise ops, a captured graph's own kernels, plga's
+    native operator and oneDNN's linear op are arithmetic; copies, argmax, allocation and unnamed
+    events are not."""
     from plga.bench.case import _compute_seconds
 
-    arithmetic = [("aten::addmm", 100.0), ("aten::mul", 20.0), ("## Call CompiledFxGraph f1 ##", 300.0), ("plga::rows_linear", 50.0)]
+    arithmetic = [("aten::addmm", 100.0), ("aten::mul", 20.0), ("## Call CompiledFxGraph f1 ##", 300.0), ("plga::rows_linear", 50.0),
+                  ("mkldnn::_linear_pointwise", 40.0)]
     loop = [("aten::copy_", 7.0), ("aten::argmax", 5.0), ("aten::empty", 3.0), ("Pregraph bytecode", 9.0),
             ("AOTDispatcher Runtime Wrapper Prologue", 11.0)]
     total = _compute_seconds(_Profile([_Event(k, us) for k, us in arithmetic + loop]), "cpu")
-    assert total == pytest.approx(470e-6)
+    assert total == pytest.approx(510e-6)
+
+
+def test_each_profiled_call_is_set_beside_a_timed_run_on_either_side(monkeypatch):
+    """A pair's wall time is the mean of the unprofiled runs just before and just after its
+    profiled call, so a steady drift of the host's speed cancels (here walls rise by 1 s per run)."""
+    from plga.bench import case
+
+    events: list[str] = []
+    clock = iter(range(100))
+
+    def timed(fn, runs, warmup, device):
+        events.append(f"time {fn.__name__}")
+        return [float(next(clock))], None
+
+    def profiled(fn, device):
+        events.append(f"profile {fn.__name__}")
+        return 0.5
+
+    def generate():
+        pass
+
+    def prefill():
+        pass
+
+    monkeypatch.setattr(case, "_time", timed)
+    monkeypatch.setattr(case, "_profile_compute", profiled)
+    pairs = case._overhead_pairs(generate, prefill, "cpu")
+    assert len(pairs) == case.OVERHEAD_PAIRS
+    assert events[:6] == ["time generate", "profile generate", "time generate", "time prefill", "profile prefill", "time prefill"]
+    assert pairs[0] == {"generate_s": 0.5, "generate_compute_s": 0.5, "prefill_s": 2.5, "prefill_compute_s": 0.5}
+    assert pairs[1]["generate_s"] == 4.5
 
 
 def test_the_native_operator_is_profiled_under_the_counted_name():

@@ -88,6 +88,36 @@ def test_negative_control_a_step_that_sees_unwritten_rows_is_caught(monkeypatch)
         assert_rel_close(got.step_logits, want.step_logits, name="kvg")
 
 
+def test_greedy_tokens_after_the_first_are_the_graphs_own_choice(monkeypatch):
+    """A greedy captured step writes its argmax into the token buffer and the loop passes it on
+    untouched; the graph's choice is what lands in the output. A graph that chooses the least
+    likely token (the control: Python's first choice, from the prompt pass, stays the argmax)
+    keeps the reference's first token and loses the rest."""
+    from plga.kernels import native
+
+    config = PLDRConfig.from_name("tiny")
+    params, model = model_pair(config, 21)
+    want = R.generate(R.to_backend(params), config, BATCH.numpy(), NEW, "kvg").tokens
+    s = BATCH.shape[1]
+    got = _generate(model, BATCH, "kvg", captured=True)
+    np.testing.assert_array_equal(got.tokens.numpy(), want)
+    greedy = native.greedy
+
+    def least_likely_in_graph(logits):
+        return torch.argmin(logits, dim=-1) if torch.compiler.is_compiling() else greedy(logits)
+
+    monkeypatch.setattr(native, "greedy", least_likely_in_graph)
+    torch._dynamo.reset()  # the patched body must be traced afresh
+    try:
+        wrong = _generate(model, BATCH, "kvg", captured=True)
+    finally:
+        monkeypatch.undo()
+        torch._dynamo.reset()
+    np.testing.assert_array_equal(wrong.tokens.numpy()[:, : s + 1], want[:, : s + 1])
+    assert not np.array_equal(wrong.tokens.numpy()[:, s + 1 :], want[:, s + 1 :])
+    assert_rel_close(wrong.step_logits[:, 0], got.step_logits[:, 0], rtol=1e-12, name="the prompt pass")
+
+
 def test_float32_captured_within_rounding_of_plain():
     config = PLDRConfig.from_name("tiny")
     _, model = model_pair(config, 22, dtype=torch.float32)
@@ -379,3 +409,6 @@ def test_sampled_generation_is_the_uncaptured_one():
         assert_rel_close(got.step_logits, want.step_logits, rtol=1e-12, name=mode)
     other = model.generate(BATCH, NEW, "kvg", **{**kwargs, "seed": 12})
     assert not torch.equal(other.tokens, want.tokens)  # the seed matters: the comparison can fail
+    # the captured steps also write their greedy choice; the sampled token must replace it
+    greedy = _generate(model, BATCH, "kvg", captured=True)
+    assert not torch.equal(got.tokens, greedy.tokens)
