@@ -237,8 +237,8 @@ def _profile_compute(fn: Callable[[], Any], device: str) -> float:
 #: The host's speed drifts by tens of percent between minutes, so the compute of one profiled
 #: run divided by the step time of runs taken earlier measured the drift as much as the loop;
 #: a run on each side of the profiled one cancels a steady drift, and the median of several
-#: pairs the rest (three pairs of one run before each profile spread from −5 % to +31 % on
-#: one row of the bench machine).
+#: pairs narrows the rest (three pairs of one run before each profile spread from −5 % to
+#: +31 % over the captured rows of one bench run, where the loop costs about 3 %).
 OVERHEAD_PAIRS = 5
 
 
