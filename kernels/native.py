@@ -33,6 +33,10 @@ GEMM — 5.0 for the column blocks and 6.3 for ``F.linear``; captured float32 kv
 transposed and broadcast each element of W to one lane per row of x (no spills, no lane sums,
 one pass over W per 16 rows): 32000 × 256 at 8 rows 2.6 → 1.4 ms, at 16 rows 4.1 → 2.2 ms;
 captured kvg steps at batch 8: ``small`` 4.6–5.0 → 2.7–3.4 ms, paper-110m 27.5 → 17.2 ms.
+At one row the AVX2 blocks also pass over 4 rows of W at a time: one row of W per pass left a
+single FMA chain per output, bound by the FMA's latency (bfloat16 2688 × 896 0.33–0.39 → 0.11–0.13
+ms); bfloat16 kvg steps at batch 1, plain paper-110m 16.5–18.1 → 11.3 ms, captured ``small``
+1.86–1.97 → 1.05–1.30 ms.
 ``rows_argmax(x)`` is ``torch.argmax(x, -1)`` for float32 or bfloat16 logits [B, V] — the same
 index, NaN included — read twice from cache with AVX2 (the maximum, then its first index):
 torch's reads about one element a nanosecond, eagerly and inside a captured step alike.
