@@ -33,6 +33,21 @@ def _generate(model: PLDRModel, prompt: torch.Tensor, mode: str, *, captured: bo
         model.compile_decode = False
 
 
+def _captured_with(monkeypatch, target, name: str, replacement, model: PLDRModel):
+    """Captured kvg decoding of :data:`BATCH` with ``target.name`` replaced while the step is
+    traced afresh (the replacement and Dynamo's cache are undone after). Dynamo builds its map
+    of torch's functions once per process, from the objects their names resolve to: built while
+    ``torch.arange`` is replaced, it lacks the real one, and every later trace of it fails."""
+    torch._dynamo.trace_rules.get_torch_obj_rule_map()
+    monkeypatch.setattr(target, name, replacement)
+    torch._dynamo.reset()  # the patched body must be traced afresh
+    try:
+        return _generate(model, BATCH, "kvg", captured=True)
+    finally:
+        monkeypatch.undo()
+        torch._dynamo.reset()
+
+
 @pytest.mark.golden
 @pytest.mark.parametrize("mode", ["kv", "kvg"])
 def test_golden_greedy_captured(golden_checkpoint, golden, mode):
@@ -77,13 +92,7 @@ def test_negative_control_a_step_that_sees_unwritten_rows_is_caught(monkeypatch)
         out = original(*args, **kwargs)
         return out.zero_() if args and args[0] == C.bucket(BATCH.shape[1] + NEW - 1, config.max_seq_len) else out
 
-    monkeypatch.setattr(torch, "arange", no_unwritten)
-    torch._dynamo.reset()  # the patched body must be traced afresh
-    try:
-        got = _generate(model, BATCH, "kvg", captured=True)
-    finally:
-        monkeypatch.undo()
-        torch._dynamo.reset()
+    got = _captured_with(monkeypatch, torch, "arange", no_unwritten, model)
     with pytest.raises(AssertionError):
         assert_rel_close(got.step_logits, want.step_logits, name="kvg")
 
@@ -106,13 +115,7 @@ def test_greedy_tokens_after_the_first_are_the_graphs_own_choice(monkeypatch):
     def least_likely_in_graph(logits):
         return torch.argmin(logits, dim=-1) if torch.compiler.is_compiling() else greedy(logits)
 
-    monkeypatch.setattr(native, "greedy", least_likely_in_graph)
-    torch._dynamo.reset()  # the patched body must be traced afresh
-    try:
-        wrong = _generate(model, BATCH, "kvg", captured=True)
-    finally:
-        monkeypatch.undo()
-        torch._dynamo.reset()
+    wrong = _captured_with(monkeypatch, native, "greedy", least_likely_in_graph, model)
     np.testing.assert_array_equal(wrong.tokens.numpy()[:, : s + 1], want[:, : s + 1])
     assert not np.array_equal(wrong.tokens.numpy()[:, s + 1 :], want[:, s + 1 :])
     assert_rel_close(wrong.step_logits[:, 0], got.step_logits[:, 0], rtol=1e-12, name="the prompt pass")
