@@ -243,19 +243,20 @@ void bcast_linear(const float* x, const float* w, const float* b, float* out, in
 
 // ---- one block of rows of W against every row of x -----------------------------------------
 
+// Whether products in T run the AVX2 blocks (no wider ones on this CPU, or the tests' switch).
+template <typename T>
+bool avx2_blocks() {
+  const bool wide = std::is_same<T, at::BFloat16>::value ? kHasAvx512Bf16 : kHasAvx512;
+  return !wide || g_avx2_only.load(std::memory_order_relaxed);
+}
+
 template <typename T, int RR>
 void group(const T* x, const T* w, float* acc, int64_t K, int64_t mc) {
-  constexpr bool bf16 = std::is_same<T, at::BFloat16>::value;
   auto run = [&](auto mc_tag) {
     constexpr int MC = decltype(mc_tag)::value;
-    const bool narrow = g_avx2_only.load(std::memory_order_relaxed);
-    if constexpr (bf16) {
-      if (kHasAvx512Bf16 && !narrow) block_bf16<MC, RR>(x, w, acc, K);
-      else block_avx2<T, MC, RR>(x, w, acc, K);
-    } else {
-      if (kHasAvx512 && !narrow) block_f32<MC, RR>(x, w, acc, K);
-      else block_avx2<T, MC, RR>(x, w, acc, K);
-    }
+    if (avx2_blocks<T>()) block_avx2<T, MC, RR>(x, w, acc, K);
+    else if constexpr (std::is_same<T, at::BFloat16>::value) block_bf16<MC, RR>(x, w, acc, K);
+    else block_f32<MC, RR>(x, w, acc, K);
   };
   switch (mc) {
     case 1: run(std::integral_constant<int, 1>{}); break;
@@ -265,18 +266,12 @@ void group(const T* x, const T* w, float* acc, int64_t K, int64_t mc) {
   }
 }
 
-// Whether products in T run the AVX2 blocks (no wider ones on this CPU, or the tests' switch).
-// There one row of x also runs the blocks of 4 rows of W: with one row of W at a time, each
-// output was a single FMA chain, bound by the FMA's latency (8 elements per 4–5 cycles, about
-// 13 GB/s of bfloat16 on two cores of an AVX2-only AMD EPYC); four independent chains read
-// 37–45 GB/s from cache (2688 × 896 bfloat16: 0.33–0.39 → 0.11–0.13 ms). The AVX-512 blocks
-// keep one row of W per pass at one row of x (not measured again).
-template <typename T>
-bool avx2_blocks() {
-  const bool wide = std::is_same<T, at::BFloat16>::value ? kHasAvx512Bf16 : kHasAvx512;
-  return !wide || g_avx2_only.load(std::memory_order_relaxed);
-}
-
+// Rows [n0, n1) of W against every row of x. On the AVX2 blocks one row of x also runs the
+// blocks of 4 rows of W: with one row of W at a time, each output was a single FMA chain, bound
+// by the FMA's latency (8 elements per 4–5 cycles, about 13 GB/s of bfloat16 on two cores of an
+// AVX2-only AMD EPYC); four independent chains read 37–45 GB/s from cache (2688 × 896 bfloat16:
+// 0.33–0.39 → 0.11–0.13 ms). The AVX-512 blocks keep one row of W per pass at one row of x (not
+// measured again).
 template <typename T>
 void rows_range(const T* x, const T* w, const T* b, T* out, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) {
   float acc[kMaxGroup * kRows];
@@ -319,7 +314,7 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     AT_DISPATCH_CASE(at::kFloat, [&] {
       const float *xp = xc.data_ptr<float>(), *wp = wc.data_ptr<float>(), *bp = bc.data_ptr<float>();
       float* op = out.data_ptr<float>();
-      if (M > kMaxGroup && (!kHasAvx512 || g_avx2_only.load(std::memory_order_relaxed))) {
+      if (M > kMaxGroup && avx2_blocks<float>()) {
         bcast_linear(xp, wp, bp, op, M, N, K);
         return;
       }
