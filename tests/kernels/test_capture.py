@@ -168,6 +168,7 @@ def test_a_full_step_cache_is_dropped_and_the_new_shape_compiled(monkeypatch):
     config = PLDRConfig.from_name("tiny")
     _, model = model_pair(config, 29)
     monkeypatch.setattr(C, "RECOMPILE_LIMIT", 1)
+    torch._dynamo.eval_frame.remove_from_cache(C._step)  # entries of earlier tests in this process would serve the first prompt
     dynamo_log = logging.getLogger("torch._dynamo.convert_frame")
     records = _Records()
     dynamo_log.addHandler(records)
