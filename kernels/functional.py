@@ -29,6 +29,7 @@ from torch import Tensor
 
 from ..errors import InputError, InputTypeError
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
+from . import native
 from .gemm import cpu_has_low_precision_gemm, linear
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
@@ -475,7 +476,8 @@ def power_stage(
 
     ``A_LM = iSwiGLU(W A + b) + 1e-9``, ``A_P = A_LM^{⊙P}``, ``G_LM = a A_P + b_a`` (left
     matrix products). Runs in float32 or wider (see the module docstring): float16 / bfloat16
-    inputs are upcast, so the 1e-9 floor of ``A_LM`` never underflows to 0.
+    inputs are upcast, so the 1e-9 floor of ``A_LM`` never underflows to 0. The float32 power
+    runs on the native kernel where it is loaded (:func:`~plga.kernels.native.power`).
     """
     if A.ndim < 3 or A.shape[-1] != A.shape[-2]:
         raise InputError(f"A must be [..., H, d, d], got {tuple(A.shape)}")
@@ -488,7 +490,7 @@ def power_stage(
     ct = chain_dtype(torch.promote_types(A.dtype, W.dtype))
     A, W, b, P, a, b_a = (x.to(ct) for x in (A, W, b, P, a, b_a))
     a_lm = iswiglu(W @ A + b) + EPSILON_ADJ  # [B, H, d, d]
-    a_p = torch.pow(a_lm, P)  # [B, H, d, d]
+    a_p = native.power(a_lm, P)  # [B, H, d, d]
     g_lm = a @ a_p + b_a  # [B, H, d, d]
     return a_lm, a_p, g_lm
 
