@@ -469,30 +469,51 @@ def metric_learner(density: Tensor, ln_weight: Tensor, ln_bias: Tensor, units: S
     return a
 
 
-def power_stage(
-    A: Tensor, W: Tensor, b: Tensor, P: Tensor, a: Tensor, b_a: Tensor
-) -> tuple[Tensor, Tensor, Tensor]:
-    """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] and per-head [H, d, d] parameters.
-
-    ``A_LM = iSwiGLU(W A + b) + 1e-9``, ``A_P = A_LM^{⊙P}``, ``G_LM = a A_P + b_a`` (left
-    matrix products). Runs in float32 or wider (see the module docstring): float16 / bfloat16
-    inputs are upcast, so the 1e-9 floor of ``A_LM`` never underflows to 0. The float32 power
-    runs on the native kernel where it is loaded (:func:`~plga.kernels.native.power`).
-    """
+def _chain_operands(A: Tensor, **params: Tensor) -> tuple[Tensor, ...]:
+    """A [..., H, d, d] and the per-head [H, d, d] power-stage parameters, checked and cast to
+    the chain dtype (float32 or wider: see the module docstring)."""
     if A.ndim < 3 or A.shape[-1] != A.shape[-2]:
         raise InputError(f"A must be [..., H, d, d], got {tuple(A.shape)}")
     want = tuple(A.shape[-3:])
-    for name, x in (("W", W), ("b", b), ("P", P), ("a", a), ("b_a", b_a)):
+    for name, x in params.items():
         if tuple(x.shape) != want:
             raise InputError(f"power-stage parameter {name} must be [H, d, d] = {want} like A, got {tuple(x.shape)}")
         if not x.is_floating_point():
             raise InputError(f"power-stage parameter {name} must be floating point, got {x.dtype}")
-    ct = chain_dtype(torch.promote_types(A.dtype, W.dtype))
-    A, W, b, P, a, b_a = (x.to(ct) for x in (A, W, b, P, a, b_a))
+    ct = chain_dtype(torch.promote_types(A.dtype, params["W"].dtype))
+    return tuple(x.to(ct) for x in (A, *params.values()))
+
+
+def power_parts(A: Tensor, W: Tensor, b: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
+    """(A_LM, A_P) of the power stage, each [B, H, d, d]: ``A_LM = iSwiGLU(W A + b) + 1e-9``,
+    ``A_P = A_LM^{⊙P}``, in float32 or wider (float16 / bfloat16 inputs are upcast, so the 1e-9
+    floor of ``A_LM`` never underflows to 0). The float32 power runs on the native kernel where
+    it is loaded (:func:`~plga.kernels.native.power`)."""
+    A, W, b, P = _chain_operands(A, W=W, b=b, P=P)
     a_lm = iswiglu(W @ A + b) + EPSILON_ADJ  # [B, H, d, d]
-    a_p = native.power(a_lm, P)  # [B, H, d, d]
-    g_lm = a @ a_p + b_a  # [B, H, d, d]
+    return a_lm, native.power(a_lm, P)
+
+
+def power_stage(
+    A: Tensor, W: Tensor, b: Tensor, P: Tensor, a: Tensor, b_a: Tensor
+) -> tuple[Tensor, Tensor, Tensor]:
+    """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] and per-head [H, d, d] parameters:
+    :func:`power_parts`, then ``G_LM = a A_P + b_a`` (left matrix products)."""
+    _chain_operands(A, W=W, b=b, P=P, a=a, b_a=b_a)
+    a_lm, a_p = power_parts(A, W, b, P)
+    ct = a_p.dtype
+    g_lm = a.to(ct) @ a_p + b_a.to(ct)  # [B, H, d, d]
     return a_lm, a_p, g_lm
+
+
+def apply_power_g(q: Tensor, a: Tensor, a_p: Tensor, b_a: Tensor) -> Tensor:
+    """q' = q G_LM with ``G_LM = a A_P + b_a`` never formed: ``(q a) A_P + q b_a`` per head, for q
+    [B, H, S, d], a and b_a [H, d, d], A_P [B, H, d, d] → [B, H, S, d] in q's dtype (computed in
+    A_P's dtype, rounded once, as :func:`apply_g` does). For a few queries it is S·d² multiply-adds
+    per matrix where forming G_LM takes d³: a captured ``kv`` step (one query) uses it."""
+    ct = torch.promote_types(q.dtype, a_p.dtype)
+    qc = q.to(ct)
+    return ((qc @ a.to(ct)) @ a_p + qc @ b_a.to(ct)).to(q.dtype)  # [B, H, S, d]
 
 
 def layer_weights_of(mha: Any) -> dict[str, Any]:

@@ -437,9 +437,10 @@ class PLDRModel(nn.Module):
         # q contiguous [B, H, S, d]: the Gram, q G and the attention each copied the strided view
         return rot[:, :, 0].transpose(1, 2).contiguous(), rot[:, :, 1].transpose(1, 2), v.transpose(1, 2)
 
-    def _operator(self, i: int, q: Tensor, p: _Pass) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor]:
+    def _operator(self, i: int, q: Tensor, p: _Pass) -> tuple[Tensor | None, Tensor | None, Tensor | None, Tensor | None]:
         """(A, A_LM, A_P, G) of layer ``i``: constant, from the metric learner on ``q`` (a full
-        pass), from the cached prompt A (kv) or the cached prompt G_LM (kvg)."""
+        pass), from the cached prompt A (kv) or the cached prompt G_LM (kvg). A captured kv step
+        forms no G (None): its one query takes q G_LM as (q a) A_P + q b_a (:meth:`_layer`)."""
         if p.operators is not None:
             return None, None, None, p.operators[i]
         mha = self.decoder.dec_layers[i].mha1
@@ -449,6 +450,8 @@ class PLDRModel(nn.Module):
         lc = p.cache.layers[i]
         if p.mode == "kv":
             assert lc.A is not None
+            if p.position is not None:  # a captured step
+                return (lc.A, *mha.power_parts(lc.A), None)
             a_lm, a_p, g = mha.power(lc.A)
             return lc.A, a_lm, a_p, g
         assert lc.G_LM is not None  # kvg
@@ -471,7 +474,7 @@ class PLDRModel(nn.Module):
             lc.A, lc.A_LM, _, lc.G_LM = ops
         return lc.k[:, :, : t0 + s], lc.v[:, :, : t0 + s]
 
-    def _attend(self, q: Tensor, keys: Tensor, vals: Tensor, g: Tensor, p: _Pass) -> Tensor:
+    def _attend(self, q: Tensor, keys: Tensor, vals: Tensor, g: Tensor | None, p: _Pass) -> Tensor:
         """softmax((q G) kᵀ/√d + mask) v [B, H, S, d] through :func:`~plga.kernels.functional.plga_attention`:
         causal over the cached keys, padding keys ignored, the published finite −1e9 mask. A
         captured step's one query sees every written key: the keys not yet written are in
@@ -508,7 +511,12 @@ class PLDRModel(nn.Module):
             for name, t in zip(DEDUCTIVE, ops, strict=True):
                 guard.add(i, name, t)
         keys, vals = self._keys_values(i, k, v, ops, p)
-        out = self._feed_forward(i, self._attend(q, keys, vals, g, p), h, packed)
+        if g is None:  # a captured kv step: q G_LM without G_LM (a d³ product per matrix saved)
+            assert ops[2] is not None and guard is None and not p.deductive
+            attn = self._attend(self.decoder.dec_layers[i].mha1.apply_power_g(q, ops[2]), keys, vals, None, p)
+        else:
+            attn = self._attend(q, keys, vals, g, p)
+        out = self._feed_forward(i, attn, h, packed)
         if guard is not None:
             guard.add(i, "the hidden state", out)
         if not p.deductive:

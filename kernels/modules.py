@@ -26,7 +26,7 @@ from torch import Tensor, nn
 
 from ..reference.config import PLDRConfig
 from ..reference.spec import LAYER_NORM_EPS
-from .functional import operator_chain, power_stage
+from .functional import apply_power_g, operator_chain, power_parts, power_stage
 
 LOW_PRECISION = (torch.float16, torch.bfloat16)
 _LOW = LOW_PRECISION
@@ -109,8 +109,19 @@ class PLGAMultiHeadAttention(nn.Module):
         return operator_chain(q_rot, self)
 
     def power(self, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """(A_LM, A_P, G_LM) from the generator A [B, H, d, d]."""
         p = self.plgatt_layer
         return power_stage(A, p.Wlst, p.blst, p.pwlst, p.alst, p.balst)
+
+    def power_parts(self, A: Tensor) -> tuple[Tensor, Tensor]:
+        """(A_LM, A_P) from the generator A [B, H, d, d], without G_LM."""
+        p = self.plgatt_layer
+        return power_parts(A, p.Wlst, p.blst, p.pwlst)
+
+    def apply_power_g(self, q: Tensor, a_p: Tensor) -> Tensor:
+        """q G_LM for q [B, H, S, d] and this layer's G_LM = a A_P + b_a, without forming G_LM."""
+        p = self.plgatt_layer
+        return apply_power_g(q, p.alst, a_p, p.balst)
 
 
 class PLDRDecoderLayer(nn.Module):

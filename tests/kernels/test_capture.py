@@ -33,8 +33,8 @@ def _generate(model: PLDRModel, prompt: torch.Tensor, mode: str, *, captured: bo
         model.compile_decode = False
 
 
-def _captured_with(monkeypatch, target, name: str, replacement, model: PLDRModel):
-    """Captured kvg decoding of :data:`BATCH` with ``target.name`` replaced while the step is
+def _captured_with(monkeypatch, target, name: str, replacement, model: PLDRModel, mode: str = "kvg"):
+    """Captured decoding of :data:`BATCH` with ``target.name`` replaced while the step is
     traced afresh (the replacement and Dynamo's cache are undone after). Dynamo builds its map
     of torch's functions once per process, from the objects their names resolve to: built while
     ``torch.arange`` is replaced, it lacks the real one, and every later trace of it fails."""
@@ -42,7 +42,7 @@ def _captured_with(monkeypatch, target, name: str, replacement, model: PLDRModel
     monkeypatch.setattr(target, name, replacement)
     torch._dynamo.reset()  # the patched body must be traced afresh
     try:
-        return _generate(model, BATCH, "kvg", captured=True)
+        return _generate(model, BATCH, mode, captured=True)
     finally:
         monkeypatch.undo()
         torch._dynamo.reset()
@@ -95,6 +95,36 @@ def test_negative_control_a_step_that_sees_unwritten_rows_is_caught(monkeypatch)
     got = _captured_with(monkeypatch, torch, "arange", no_unwritten, model)
     with pytest.raises(AssertionError):
         assert_rel_close(got.step_logits, want.step_logits, name="kvg")
+
+
+def test_a_captured_kv_step_applies_g_lm_without_forming_it(monkeypatch):
+    """A captured kv step takes its query's q G_LM as (q a) A_P + q b_a
+    (``functional.apply_power_g``: S·d² multiply-adds per matrix instead of forming G_LM's d³);
+    the test above holds its tokens and logits to the reference. Here: the power stage's G_LM
+    is never traced into the step (a G_LM formed there fails the generation), and a factored
+    product that drops a (the control) leaves the reference's step logits."""
+    from plga.kernels import modules
+
+    config = PLDRConfig.from_name("tiny")
+    params, model = model_pair(config, 21)
+    want = R.generate(R.to_backend(params), config, BATCH.numpy(), NEW, "kv")
+    power_stage = modules.power_stage
+
+    def refused_in_graph(*args):
+        if torch.compiler.is_compiling():
+            raise AssertionError("a captured kv step formed G_LM")
+        return power_stage(*args)
+
+    got = _captured_with(monkeypatch, modules, "power_stage", refused_in_graph, model, mode="kv")
+    np.testing.assert_array_equal(got.tokens.numpy(), want.tokens)
+    assert_rel_close(got.step_logits, want.step_logits, name="kv")
+
+    def without_a(q, a, a_p, b_a):
+        return q @ a_p + q @ b_a
+
+    wrong = _captured_with(monkeypatch, modules, "apply_power_g", without_a, model, mode="kv")
+    with pytest.raises(AssertionError):
+        assert_rel_close(wrong.step_logits, want.step_logits, name="kv")
 
 
 def test_greedy_tokens_after_the_first_are_the_graphs_own_choice(monkeypatch):

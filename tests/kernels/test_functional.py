@@ -253,6 +253,26 @@ def test_operator_chain_matchesreference_attention(b, h, s, d, units, dense, see
         assert_rel_close(got, want, name=name)
 
 
+@pytest.mark.parametrize("s", [1, 3])
+def test_apply_power_g_is_q_times_the_formed_g_lm(s):
+    """q G_LM with G_LM = a A_P + b_a unformed ((q a) A_P + q b_a) equals q G_LM from the power
+    stage's G_LM: to float64 rounding, and in float32 within the float32 sums' bound. Control:
+    the product taken in the other order (q A_P a) is caught."""
+    g = torch.Generator().manual_seed(7)
+    A, W, b, P, a, b_a = (torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)[0] for _ in range(6))
+    A = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)
+    q = torch.randn(2, 3, s, 5, generator=g, dtype=torch.float64)
+    _, a_p, g_lm = KF.power_stage(A, W, b, P.abs(), a, b_a)
+    want = KF.apply_g(q, g_lm)
+    assert_rel_close(KF.apply_power_g(q, a, a_p, b_a), want, name="q G_LM")
+    with pytest.raises(AssertionError):
+        assert_rel_close((q @ a_p) @ a + q @ b_a, want, name="q A_P a")
+    f32 = [t.float() for t in (q, a, a_p, b_a)]
+    got = KF.apply_power_g(*f32).double()
+    mass = (q.abs() @ a.abs()) @ a_p.abs() + q.abs() @ b_a.abs()  # Σ|q||a||A_P| + Σ|q||b_a|
+    assert bool(((got - want).abs() <= 4 * 5 * 2.0**-24 * mass + 2.0**-24 * want.abs() + 1e-30).all())
+
+
 def test_operator_chain_upcasts_low_precision():
     """bf16 / fp16 activations: the chain runs in float32 (A_LM's 1e-9 floor survives)."""
     q, ln, us, pw = _chain_inputs(1, 1, 2, 5, 4, 5, 1, 2)
