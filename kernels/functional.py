@@ -599,8 +599,8 @@ def dag_loss(X: Tensor) -> Tensor:
 
 __all__ = [
     "BLOCKED_MIN_QUERIES", "BLOCKED_MIN_SCORES", "BLOCKED_QUERY_ROWS", "BLOCKED_WORKSPACE", "EPSILON_ADJ",
-    "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_rope", "attention_support", "blocked_attention", "chain_dtype",
+    "LAYER_NORM_EPS", "MASK_FILL", "apply_g", "apply_power_g", "apply_rope", "attention_support", "blocked_attention", "chain_dtype",
     "cpu_has_amx", "dag_loss", "density_operator", "finite_additive_mask", "iswiglu", "layer_weights_of", "metric_learner",
-    "operator_chain", "plga_attention", "plga_attention_eager", "plga_scores", "power_stage", "rope_tables",
-    "swiglu",
+    "operator_chain", "plga_attention", "plga_attention_eager", "plga_scores", "power_parts", "power_stage",
+    "rope_tables", "swiglu",
 ]
