@@ -499,11 +499,9 @@ def power_stage(
 ) -> tuple[Tensor, Tensor, Tensor]:
     """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] and per-head [H, d, d] parameters:
     :func:`power_parts`, then ``G_LM = a A_P + b_a`` (left matrix products)."""
-    _chain_operands(A, W=W, b=b, P=P, a=a, b_a=b_a)
+    A, W, b, P, a, b_a = _chain_operands(A, W=W, b=b, P=P, a=a, b_a=b_a)
     a_lm, a_p = power_parts(A, W, b, P)
-    ct = a_p.dtype
-    g_lm = a.to(ct) @ a_p + b_a.to(ct)  # [B, H, d, d]
-    return a_lm, a_p, g_lm
+    return a_lm, a_p, a @ a_p + b_a  # G_LM [B, H, d, d]
 
 
 def apply_power_g(q: Tensor, a: Tensor, a_p: Tensor, b_a: Tensor) -> Tensor:

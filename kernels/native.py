@@ -100,7 +100,7 @@ def _positive_pow_shape(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
 
 
 def _define() -> None:
-    """The op's schema and shape function, once per process (a reloaded module finds them)."""
+    """The ops' schemas and shape functions, once per process (a reloaded module finds them)."""
     try:
         torch.ops.plga.rows_linear  # noqa: B018 - raises while undefined
         return
@@ -167,7 +167,7 @@ def _build() -> None:
     from ..progress import enabled
 
     if enabled() and not _cached_library():
-        print("plga: building the native CPU kernel for decoding products (once per machine, about 10 s)",
+        print("plga: building the native CPU kernels (decoding products, the power stage; once per machine, about 10 s)",
               file=sys.stderr, flush=True)
     with _ninja_on_path():
         load(name=_NAME, sources=[str(path) for path in _SOURCES], extra_cflags=["-O3", "-fopenmp"], extra_ldflags=["-fopenmp"],
