@@ -236,20 +236,20 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 
 def power(x: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
     """``torch.pow(x, p)`` for the power stage (x [..., H, d, d], p [H, d, d]; within 0.51 ulp of
-    the exact power), on the kernel's ``plga::positive_pow`` for float32 CPU tensors where the
-    library is loaded — loading it first outside compiled code, so an eager call's answer does
-    not depend on what ran before — and without a gradient to record. No side effect in
-    compiled code (Dynamo guards on :data:`READY_ROWS`)."""
-    if not torch.compiler.is_compiling() and not _state["tried"]:
-        prepare(torch.float32)
+    the exact power), on the kernel's ``plga::positive_pow`` for float32 CPU tensors without a
+    gradient to record, where the library is loaded — an eager call of that kind loads it first,
+    so its answer does not depend on what ran before; other calls never load it. No side effect
+    in compiled code (Dynamo guards on :data:`READY_ROWS`)."""
     if (
-        READY_ROWS
-        and x.dtype == p.dtype == torch.float32
+        x.dtype == p.dtype == torch.float32
         and x.device.type == p.device.type == "cpu"
         and tuple(x.shape[x.ndim - p.ndim :]) == tuple(p.shape)
         and not (torch.is_grad_enabled() and (x.requires_grad or p.requires_grad))
     ):
-        return torch.ops.plga.positive_pow(x, p)
+        if not torch.compiler.is_compiling() and not _state["tried"]:
+            prepare(torch.float32)
+        if READY_ROWS:
+            return torch.ops.plga.positive_pow(x, p)
     return torch.pow(x, p)
 
 

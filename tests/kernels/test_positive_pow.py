@@ -151,6 +151,20 @@ def test_power_dispatch_and_the_compiled_graph(monkeypatch):
     assert any(e.key == "plga::positive_pow" for e in prof.key_averages())
 
 
+def test_only_a_call_it_serves_loads_the_library(monkeypatch):
+    """An eager float32 CPU call loads the library first (its answer never depends on what ran
+    before); a float64 call, a call with a gradient to record, and compiled code never do."""
+    calls = []
+    monkeypatch.setitem(native._state, "tried", False)
+    monkeypatch.setattr(native, "prepare", lambda dtype, rows=1: calls.append(dtype))
+    x, p = torch.rand(2, 3, 4, 4) + 1e-9, torch.rand(3, 4, 4)
+    native.power(x.double(), p.double())
+    native.power(x, p.clone().requires_grad_())
+    assert calls == []
+    native.power(x, p)
+    assert calls == [torch.float32]
+
+
 def test_the_power_stage_runs_it():
     """``functional.power_stage``'s A_P is the kernel's power of its own A_LM (float32)."""
     g = torch.Generator().manual_seed(4)
