@@ -489,7 +489,11 @@ def power_parts(A: Tensor, W: Tensor, b: Tensor, P: Tensor) -> tuple[Tensor, Ten
     ``A_P = A_LM^{⊙P}``, in float32 or wider (float16 / bfloat16 inputs are upcast, so the 1e-9
     floor of ``A_LM`` never underflows to 0). The float32 power runs on the native kernel where
     it is loaded (:func:`~plga.kernels.native.power`)."""
-    A, W, b, P = _chain_operands(A, W=W, b=b, P=P)
+    return _cast_power_parts(*_chain_operands(A, W=W, b=b, P=P))
+
+
+def _cast_power_parts(A: Tensor, W: Tensor, b: Tensor, P: Tensor) -> tuple[Tensor, Tensor]:
+    """:func:`power_parts` of operands already checked and cast by :func:`_chain_operands`."""
     a_lm = iswiglu(W @ A + b) + EPSILON_ADJ  # [B, H, d, d]
     return a_lm, native.power(a_lm, P)
 
@@ -500,7 +504,7 @@ def power_stage(
     """(A_LM, A_P, G_LM) from the generator A [B, H, d, d] and per-head [H, d, d] parameters:
     :func:`power_parts`, then ``G_LM = a A_P + b_a`` (left matrix products)."""
     A, W, b, P, a, b_a = _chain_operands(A, W=W, b=b, P=P, a=a, b_a=b_a)
-    a_lm, a_p = power_parts(A, W, b, P)
+    a_lm, a_p = _cast_power_parts(A, W, b, P)
     return a_lm, a_p, a @ a_p + b_a  # G_LM [B, H, d, d]
 
 

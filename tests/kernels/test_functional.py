@@ -259,8 +259,8 @@ def test_apply_power_g_is_q_times_the_formed_g_lm(s):
     stage's G_LM: to float64 rounding, and in float32 within the float32 sums' bound. Control:
     the product taken in the other order (q A_P a) is caught."""
     g = torch.Generator().manual_seed(7)
-    A, W, b, P, a, b_a = (torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)[0] for _ in range(6))
-    A = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)
+    A = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64)  # [B, H, d, d]
+    W, b, P, a, b_a = (torch.randn(3, 5, 5, generator=g, dtype=torch.float64) for _ in range(5))  # [H, d, d]
     q = torch.randn(2, 3, s, 5, generator=g, dtype=torch.float64)
     _, a_p, g_lm = KF.power_stage(A, W, b, P.abs(), a, b_a)
     want = KF.apply_g(q, g_lm)
