@@ -42,6 +42,11 @@ from torch import Tensor
 #: next use (from Inductor's disk cache). Dynamo's lifetime cap on the step's compilations is
 #: lifted for the same reason.
 RECOMPILE_LIMIT = 64
+#: Inductor options of plga's compilations on the CPU: each generated C++ kernel records a
+#: profiler event (``graph_<id>_cpp_fused_…``; a no-op without an active profiler), so that a
+#: profile tells the kernels from the graph's Python wrapper around them (``plga bench``'s
+#: loop-overhead split, :data:`plga.bench.case.GENERATED_KERNEL`).
+CPU_OPTIONS = {"cpp.enable_kernel_profile": True}
 _LIFETIME_COMPILATIONS = 1 << 30
 _COMPILED: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
 
@@ -55,8 +60,8 @@ def compiled_step(device: torch.device) -> Callable[..., tuple[Tensor, ...]]:
     """The compiled step function for ``device`` (built on first use; one per device type)."""
     fn = _COMPILED.get(device.type)
     if fn is None:
-        mode = "reduce-overhead" if device.type == "cuda" else None
-        fn = _COMPILED[device.type] = torch.compile(_step, fullgraph=True, dynamic=False, mode=mode)
+        how: dict[str, Any] = {"mode": "reduce-overhead"} if device.type == "cuda" else {"options": CPU_OPTIONS}
+        fn = _COMPILED[device.type] = torch.compile(_step, fullgraph=True, dynamic=False, **how)
     return fn
 
 
@@ -179,4 +184,4 @@ def begin_step(device: torch.device) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
-__all__ = ["CapturedSteps", "begin_step", "bucket", "compiled_step", "entry_function", "prepare_cache", "prepare_static"]
+__all__ = ["CPU_OPTIONS", "CapturedSteps", "begin_step", "bucket", "compiled_step", "entry_function", "prepare_cache", "prepare_static"]

@@ -35,7 +35,7 @@ import torch
 from torch import Tensor, nn
 
 from . import gemm, native
-from .capture import RECOMPILE_LIMIT
+from .capture import CPU_OPTIONS, RECOMPILE_LIMIT
 
 #: A packed product: column blocks [P, K, N'/P] and bias [P, 1, N'/P] (:func:`pack_linear`), or
 #: rows [N', K] and bias [N'] (:func:`pack_rows`, low precision on the CPU); the true width N.
@@ -143,7 +143,7 @@ def rows_gemv(x: Tensor, w: Tensor, b: Tensor) -> Tensor:
     rows, on every intra-op thread."""
     global _compiled_gemv
     if _compiled_gemv is None:
-        _compiled_gemv = torch.compile(_gemv, dynamic=False)
+        _compiled_gemv = torch.compile(_gemv, dynamic=False, options=CPU_OPTIONS)
     key = tuple(_guarded(t) for t in (x, w, b))
     if key in _gemv_shapes:
         return _compiled_gemv(x, w, b)

@@ -69,17 +69,59 @@ class _Profile:
 
 
 def test_compute_time_counts_the_models_kernels_and_nothing_else():
-    """The loop-overhead split: matmuls, elementwise ops, a captured graph's own kernels, plga's
-    native operator and oneDNN's linear op are arithmetic; copies, argmax, allocation and unnamed
-    events are not."""
+    """The loop-overhead split: matmuls, elementwise ops, a captured graph's generated kernels,
+    plga's native operator and oneDNN's linear op are arithmetic; the graph's wrapper, copies,
+    argmax, allocation and unnamed events are not."""
     from plga.bench.case import _compute_seconds
 
-    arithmetic = [("aten::addmm", 100.0), ("aten::mul", 20.0), ("## Call CompiledFxGraph f1 ##", 300.0), ("plga::rows_linear", 50.0),
-                  ("mkldnn::_linear_pointwise", 40.0)]
-    loop = [("aten::copy_", 7.0), ("aten::argmax", 5.0), ("aten::empty", 3.0), ("Pregraph bytecode", 9.0),
-            ("AOTDispatcher Runtime Wrapper Prologue", 11.0)]
+    arithmetic = [("aten::addmm", 100.0), ("aten::mul", 20.0), ("graph_1_cpp_fused_add_softmax_0", 300.0),
+                  ("graph_1_cpp_fused_index_copy_1", 2.0), ("plga::rows_linear", 50.0), ("mkldnn::_linear_pointwise", 40.0)]
+    loop = [("## Call CompiledFxGraph f1 ##", 80.0), ("aten::copy_", 7.0), ("aten::argmax", 5.0), ("aten::empty", 3.0),
+            ("Pregraph bytecode", 9.0), ("AOTDispatcher Runtime Wrapper Prologue", 11.0)]
     total = _compute_seconds(_Profile([_Event(k, us) for k, us in arithmetic + loop]), "cpu")
-    assert total == pytest.approx(510e-6)
+    assert total == pytest.approx(512e-6)
+
+
+def test_a_graph_without_kernel_events_counts_its_own_time_as_arithmetic():
+    """Where a profile holds no generated-kernel events (a graph compiled without kernel
+    profiling), the graph's self time holds its kernels and counts as arithmetic, wrapper
+    included; the control: the same events with one kernel event make it overhead."""
+    from plga.bench.case import _compute_seconds
+
+    events = [("aten::addmm", 100.0), ("## Call CompiledFxGraph f1 ##", 380.0), ("Pregraph bytecode", 9.0)]
+    assert _compute_seconds(_Profile([_Event(k, us) for k, us in events]), "cpu") == pytest.approx(480e-6)
+    with_kernel = [*events, ("graph_0_cpp_fused_mul_0", 1.0)]
+    assert _compute_seconds(_Profile([_Event(k, us) for k, us in with_kernel]), "cpu") == pytest.approx(101e-6)
+
+
+def test_a_captured_steps_kernels_are_profiled_apart_from_its_wrapper():
+    """plga compiles the captured step with kernel profiling: a profile of a captured generation
+    holds events under the name the split counts as arithmetic, and the graph's own event beside
+    them (its wrapper). Without that option (the control) no such event exists, and the split
+    would count the wrapper as arithmetic."""
+    from torch.profiler import profile
+
+    from plga.bench.case import COMPILED_GRAPH_MARKER, GENERATED_KERNEL
+    from plga.kernels import PLDRModel, capture
+    from plga.reference.checkpoint import random_params
+
+    c = PLDRConfig.from_name("tiny")
+    model = PLDRModel.from_reference(random_params(c, 0), c).eval()
+    model.compile_decode = True
+    prompt = torch.randint(1, c.input_vocab_size, (1, 6), generator=torch.Generator().manual_seed(3))
+    model.generate(prompt, 3)  # compiles
+    with profile() as prof:
+        model.generate(prompt, 3)
+    keys = [ev.key for ev in prof.key_averages()]
+    assert any(GENERATED_KERNEL.match(k) for k in keys), keys
+    assert any(k.startswith(COMPILED_GRAPH_MARKER) for k in keys), keys
+    assert capture.CPU_OPTIONS["cpp.enable_kernel_profile"] is True
+    plain = torch.compile(lambda x: torch.softmax(x * 2, -1), dynamic=False)
+    x = torch.randn(3, 5)
+    plain(x)
+    with profile() as prof:
+        plain(x)
+    assert not any(GENERATED_KERNEL.match(ev.key) for ev in prof.key_averages())
 
 
 def test_each_profiled_call_is_set_beside_a_timed_run_on_either_side(monkeypatch):
