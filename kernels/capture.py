@@ -14,7 +14,7 @@ writes its greedy choice into the next column and advances the position tensor i
 greedy generation runs no tensor operation between two steps (each one cost 10–25 µs there, with
 the caches cold after the step: together 8 % of a ``small`` step):
 
-- CPU: ``torch.compile`` (Inductor, ``fullgraph=True``): no Python between operations; the
+- CPU: ``torch.compile`` (Inductor, ``fullgraph=True``, :data:`CPU_OPTIONS`): no Python between operations; the
   one-row products are the row-layout GEMV fused into the graph (or the native kernel, an
   opaque call, for large bfloat16 weights: :data:`~plga.kernels.packed.NATIVE_ONE_ROW_MIN`).
 - CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph; the cache tensors are
@@ -42,11 +42,19 @@ from torch import Tensor
 #: next use (from Inductor's disk cache). Dynamo's lifetime cap on the step's compilations is
 #: lifted for the same reason.
 RECOMPILE_LIMIT = 64
-#: Inductor options of plga's compilations on the CPU: each generated C++ kernel records a
-#: profiler event (``graph_<id>_cpp_fused_…``; a no-op without an active profiler), so that a
-#: profile tells the kernels from the graph's Python wrapper around them (``plga bench``'s
-#: loop-overhead split, :data:`plga.bench.case.GENERATED_KERNEL`).
-CPU_OPTIONS = {"cpp.enable_kernel_profile": True}
+#: Inductor options of plga's compilations on the CPU:
+#:
+#: - ``cpp.enable_kernel_profile``: each generated C++ kernel records a profiler event
+#:   (``graph_<id>_cpp_fused_…``; a no-op without an active profiler), so that a profile tells the
+#:   kernels from the graph's Python wrapper around them (``plga bench``'s loop-overhead split,
+#:   :data:`plga.bench.case.GENERATED_KERNEL`).
+#: - ``size_asserts`` off: the wrapper's check of every input's sizes and strides repeats what
+#:   Dynamo's guards check before an entry is chosen (static shapes: sizes, strides, dtype,
+#:   device), and a captured generation passes the same tensors to every step (:class:`CapturedSteps`).
+#:   The checks took 45–55 µs of the wrapper's ~230 µs per ``small`` step on the bench machine
+#:   (40 inputs, the caches cold after the step's kernel); without them the graph call ran 4–6 %
+#:   faster in alternating A/B runs.
+CPU_OPTIONS = {"cpp.enable_kernel_profile": True, "size_asserts": False}
 _LIFETIME_COMPILATIONS = 1 << 30
 _COMPILED: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
 
