@@ -34,9 +34,10 @@ GEMM — 5.0 for the column blocks and 6.3 for ``F.linear``; captured float32 kv
 transposed and broadcast each element of W to one lane per row of x (no spills, no lane sums,
 one pass over W per 16 rows): 32000 × 256 at 8 rows 2.6 → 1.4 ms, at 16 rows 4.1 → 2.2 ms;
 captured kvg steps at batch 8: ``small`` 4.6–5.0 → 2.7–3.4 ms, paper-110m 27.5 → 17.2 ms.
-With AVX-512 the dot-product blocks stay faster where W is cached, and the broadcast blocks take
-over where a float32 W of 16 MiB or more streams from memory (32000 × 256 at 8 rows: 1.56 →
-1.09 ms on an AMD EPYC with AVX-512).
+With AVX-512 the dot-product blocks stay faster where W is cached; where a float32 W of 16 MiB
+or more streams from memory the broadcast blocks take over while their working set fits L1
+(K ≤ 512) and, at any K, past 8 rows (on an AMD EPYC with AVX-512, 32000 × 256 at 8 rows:
+1.25–1.39 → 1.03–1.12 ms; 32000 × 896 at 16 rows: 7.5–7.8 → 5.7–6.3 ms).
 At one row the AVX2 blocks also pass over 4 rows of W at a time: one row of W per pass left a
 single FMA chain per output, bound by the FMA's latency (bfloat16 2688 × 896 0.33–0.39 → 0.11–0.13
 ms); bfloat16 kvg steps at batch 1, plain paper-110m 16.5–18.1 → 11.3 ms, captured ``small``

@@ -9,8 +9,8 @@
 // conversion), float32 products one FMA per 16. A CPU without them (x86-64 with AVX2 and FMA
 // only) runs the same blocks on 8 lanes, bfloat16 widened to float32 by a 16-bit shift (exact);
 // its float32 products of more than 4 rows run the broadcast blocks instead (x transposed, each
-// element of W broadcast to one lane per row of x: see bcast_linear), and so do those with
-// AVX-512 whose W outgrows the caches (kStreamedBytes).
+// element of W broadcast to one lane per row of x: see bcast_linear), and so do AVX-512's where
+// W streams from memory (streamed_broadcast).
 // The variant is chosen per call from the CPU's own flags (__builtin_cpu_supports);
 // plga::rows_linear_avx2_only narrows it to the AVX2 blocks (tests run both where both exist).
 //
@@ -161,14 +161,22 @@ __attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, floa
 // above, 32000 × 256 (the vocabulary of `small`): 8 rows 2.6 → 1.4 ms, 16 rows 4.1 → 2.2 ms; 5
 // rows about equal where W stays in cache; at 2–4 rows the blocks above are faster (idle lanes).
 //
-// The AVX-512 dot-product blocks pass over a block of W once per group of 4 rows of x, the second
-// pass from L1; where W is cached that is the faster way (AMD EPYC with AVX-512, 2 threads,
-// 8 rows: 896 × 896 102 against 118 µs broadcast, 256 × 683 29 against 40 µs). Where W streams
-// from memory, past the last-level cache, the broadcast blocks' single pass with the next block
-// prefetched in order streams faster: 32000 × 256 (33 MB, `small`'s vocabulary) 1.56 against
-// 1.09 ms at 8 rows, 2.07 against 1.42 ms at 16; 32000 × 896 (115 MB) equal at 8 rows (6.2 ms),
-// 8.4 against 6.5 ms at 16; 2688 × 896 (9.6 MB) equal at 8, the dot blocks faster at 6.
-constexpr int64_t kStreamedBytes = int64_t{16} << 20;  // float32 W at least this large: broadcast blocks on every CPU
+// With AVX-512 the dot-product blocks pass over a block of W once per group of 4 rows of x, the
+// second pass from L1; where W is cached that is the faster way (AMD EPYC with AVX-512, 2
+// threads, 8 rows: 896 × 896 102 against 118 µs broadcast, 256 × 683 29 against 40 µs). Where W
+// streams from memory, past the last-level cache, the broadcast blocks' single ordered pass
+// streams faster while their working set stays in L1 — xT of 8 lanes and a block of 8 rows of
+// W, 64·K bytes: 32000 × 256 at 6 / 8 rows 1.07–1.47 / 1.25–1.39 ms on the dot blocks, 0.88–0.97
+// / 1.03–1.12 ms broadcast. At K = 896 (57 KiB) the dot blocks stay faster up to 8 rows
+// (32000 × 896, 6 rows: 4.8–5.1 against 5.6–6.3 ms), and past 8 rows, where they pass 3–4 times,
+// the broadcast blocks win again (16 rows: 5.7–6.3 against 7.5–7.8 ms).
+constexpr int64_t kStreamedBytes = int64_t{16} << 20;  // a float32 W at least this large streams from memory
+constexpr int64_t kL1Bytes = int64_t{32} << 10;
+
+// Whether AVX-512's float32 product of M > kMaxGroup rows runs the broadcast blocks.
+bool streamed_broadcast(int64_t M, int64_t N, int64_t K) {
+  return N * K * 4 >= kStreamedBytes && (M > 8 || 64 * K <= kL1Bytes);
+}
 
 constexpr int64_t kChunk = 16;  // rows of x per broadcast pass: two vectors of 8 lanes
 constexpr int64_t kSpan = 24;   // rows of W per parallel task unit: whole blocks for RR = 8 and 6
@@ -324,7 +332,7 @@ at::Tensor rows_linear(const at::Tensor& x, const at::Tensor& w, const at::Tenso
     AT_DISPATCH_CASE(at::kFloat, [&] {
       const float *xp = xc.data_ptr<float>(), *wp = wc.data_ptr<float>(), *bp = bc.data_ptr<float>();
       float* op = out.data_ptr<float>();
-      if (M > kMaxGroup && (avx2_blocks<float>() || N * K * 4 >= kStreamedBytes)) {
+      if (M > kMaxGroup && (avx2_blocks<float>() || streamed_broadcast(M, N, K))) {
         bcast_linear(xp, wp, bp, op, M, N, K);
         return;
       }
