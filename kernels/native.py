@@ -36,12 +36,13 @@ one pass over W per 16 rows): 32000 × 256 at 8 rows 2.6 → 1.4 ms, at 16 rows 
 captured kvg steps at batch 8: ``small`` 4.6–5.0 → 2.7–3.4 ms, paper-110m 27.5 → 17.2 ms.
 With AVX-512 the dot-product blocks stay faster where W is cached; where a float32 W of 16 MiB
 or more streams from memory the broadcast blocks take over while their working set fits L1
-(K ≤ 512) and, at any K, past 8 rows (on an AMD EPYC with AVX-512, 32000 × 256 at 8 rows:
-1.25–1.39 → 1.03–1.12 ms; 32000 × 896 at 16 rows: 7.5–7.8 → 5.7–6.3 ms).
+(K < 512) and, at any K, past 8 rows (on an AMD EPYC with AVX-512, 32000 × 256 at 8 rows:
+1.81–1.84 → 1.11–1.17 ms; 32000 × 896 at 16 rows: 7.7–8.2 → 6.1–6.3 ms).
 At one row the AVX2 blocks also pass over 4 rows of W at a time: one row of W per pass left a
 single FMA chain per output, bound by the FMA's latency (bfloat16 2688 × 896 0.33–0.39 → 0.11–0.13
 ms); bfloat16 kvg steps at batch 1, plain paper-110m 16.5–18.1 → 11.3 ms, captured ``small``
-1.86–1.97 → 1.05–1.30 ms.
+1.86–1.97 → 1.05–1.30 ms. The AVX512-BF16 blocks do the same below 16 MiB of W (2688 × 896:
+59–64 → 50–51 µs); a weight that streams from memory keeps one row of W per pass, read in order.
 ``rows_argmax(x)`` is ``torch.argmax(x, -1)`` for float32 or bfloat16 logits [B, V] — the same
 index, NaN included — read twice from cache with AVX2 (the maximum, then its first index):
 torch's reads about one element a nanosecond, eagerly and inside a captured step alike.

@@ -40,6 +40,9 @@ constexpr int64_t kMaxGroup = 4;  // rows of x per pass over a block
 // (small: K = 256, 1 KiB rows, the block is one page): measured 0.68× the column-block GEMV in a
 // decoding step without it. A prefetch past the end of W is harmless (it never faults).
 constexpr int kAhead = 2;
+// A weight at least this large streams from memory rather than from the last-level cache; the
+// block choices below differ on the two sides of it (streamed_broadcast, rows_range).
+constexpr int64_t kStreamedBytes = int64_t{16} << 20;
 
 // The blocks this CPU runs (asked once, at load), and the tests' narrowing switch.
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -162,20 +165,23 @@ __attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, floa
 // rows about equal where W stays in cache; at 2–4 rows the blocks above are faster (idle lanes).
 //
 // With AVX-512 the dot-product blocks pass over a block of W once per group of 4 rows of x, the
-// second pass from L1; where W is cached that is the faster way (AMD EPYC with AVX-512, 2
-// threads, 8 rows: 896 × 896 102 against 118 µs broadcast, 256 × 683 29 against 40 µs). Where W
-// streams from memory, past the last-level cache, the broadcast blocks' single ordered pass
-// streams faster while their working set stays in L1 — xT of 8 lanes and a block of 8 rows of
-// W, 64·K bytes: 32000 × 256 at 6 / 8 rows 1.07–1.47 / 1.25–1.39 ms on the dot blocks, 0.88–0.97
-// / 1.03–1.12 ms broadcast. At K = 896 (57 KiB) the dot blocks stay faster up to 8 rows
-// (32000 × 896, 6 rows: 4.8–5.1 against 5.6–6.3 ms), and past 8 rows, where they pass 3–4 times,
-// the broadcast blocks win again (16 rows: 5.7–6.3 against 7.5–7.8 ms).
-constexpr int64_t kStreamedBytes = int64_t{16} << 20;  // a float32 W at least this large streams from memory
+// second pass from L1; where W is cached that is the faster way at up to 8 rows (AMD EPYC with
+// AVX-512, 2 threads, 8 rows: 896 × 896 102 against 118 µs broadcast, 256 × 683 29 against 40 µs).
+// Where W streams from memory (kStreamedBytes) the broadcast blocks' single ordered pass is faster
+// while their working set stays in L1 — xT of 8 lanes and a block of 8 rows of W, 64·K bytes — and,
+// at any K, past 8 rows, where the dot blocks pass 3–4 times. Timed with the two choices
+// interleaved in one process, dot blocks against broadcast: 32000 × 256 at 6 / 8 / 16 rows
+// 1.76–1.86 / 1.81–1.84 / 2.36–2.58 ms against 1.22–1.23 / 1.11–1.17 / 1.64–1.72 ms; 24000 × 256 at
+// 8 rows 0.88–1.42 against 0.74–0.97 ms; 32000 × 896 (64·K = 56 KiB) at 8 rows equal (5.96–6.13
+// against 6.13–6.17 ms), at 16 rows 7.69–8.20 against 6.08–6.27 ms; 8000 × 512 (64·K = 32 KiB,
+// cached) at 8 rows 0.44–0.52 against 0.46–0.58 ms. Past 8 rows the broadcast blocks were also
+// equal or faster over most cached weights (2688 × 896 at 16 rows: 0.51–0.60 against 0.44–0.48 ms)
+// but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks.
 constexpr int64_t kL1Bytes = int64_t{32} << 10;
 
 // Whether AVX-512's float32 product of M > kMaxGroup rows runs the broadcast blocks.
 bool streamed_broadcast(int64_t M, int64_t N, int64_t K) {
-  return N * K * 4 >= kStreamedBytes && (M > 8 || 64 * K <= kL1Bytes);
+  return N * K * 4 >= kStreamedBytes && (M > 8 || 64 * K < kL1Bytes);
 }
 
 constexpr int64_t kChunk = 16;  // rows of x per broadcast pass: two vectors of 8 lanes
@@ -284,20 +290,32 @@ void group(const T* x, const T* w, float* acc, int64_t K, int64_t mc) {
   }
 }
 
-// Rows [n0, n1) of W against every row of x. On the AVX2 blocks one row of x also runs the
-// blocks of 4 rows of W: with one row of W at a time, each output was a single FMA chain, bound
-// by the FMA's latency (8 elements per 4–5 cycles, about 13 GB/s of bfloat16 on two cores of an
-// AVX2-only AMD EPYC); four independent chains read 37–45 GB/s from cache (2688 × 896 bfloat16:
-// 0.33–0.39 → 0.11–0.13 ms). The AVX-512 blocks keep one row of W per pass at one row of x (not
-// measured again).
+// Whether one row of x runs the blocks of 4 rows of W. On the AVX2 blocks it does: with one row of
+// W at a time, each output was a single FMA chain, bound by the FMA's latency (8 elements per 4–5
+// cycles, about 13 GB/s of bfloat16 on two cores of an AVX2-only AMD EPYC); four independent chains
+// read 37–45 GB/s from cache (2688 × 896 bfloat16: 0.33–0.39 → 0.11–0.13 ms). So do AVX512-BF16's
+// below kStreamedBytes (VDPBF16PS's latency bounds one chain too). On an AMD EPYC with AVX-512, one
+// row, 2 threads, the two choices interleaved in one process: 896 × 896 24–26 → 19–20 µs, 2688 ×
+// 896 59–64 → 50–51 µs, 6000 × 896 (10.7 MB) 131–137 → 103–109 µs, 24000 × 256 (12.3 MB) 1.10–1.15×
+// faster, 32000 × 256 (16.4 MB) equal (0.93–1.07×). Where W streams from memory one row of W per
+// pass reads it in order (32000 × 896: 1.65–1.84 against 2.2–2.8 ms). AVX-512's float32 blocks
+// gained nothing from 4 rows (equal within the noise, W cached or not) and keep one.
+template <typename T>
+bool four_rows_for_one(int64_t N, int64_t K) {
+  if (avx2_blocks<T>()) return true;
+  return std::is_same<T, at::BFloat16>::value && N * K * static_cast<int64_t>(sizeof(T)) < kStreamedBytes;
+}
+
+// Rows [n0, n1) of W against every row of x.
 template <typename T>
 void rows_range(const T* x, const T* w, const T* b, T* out, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) {
+  const bool four_rows = M > 1 || four_rows_for_one<T>(N, K);
   float acc[kMaxGroup * kRows];
   for (int64_t n = n0; n < n1; n += kRows) {
     const int64_t rows = std::min(kRows, n1 - n);
     for (int64_t m0 = 0; m0 < M; m0 += kMaxGroup) {
       const int64_t mc = std::min(kMaxGroup, M - m0);
-      if (rows == kRows && (M > 1 || avx2_blocks<T>())) {
+      if (rows == kRows && four_rows) {
         group<T, kRows>(x + m0 * K, w + n * K, acc, K, mc);
       } else {
         for (int64_t r = 0; r < rows; ++r) {

@@ -7,7 +7,7 @@ Every result is checked against the exact float64 product of the same (rounded) 
 error bound that contract implies, over shapes that exercise every path of the kernel: groups of
 1–4 rows of x on blocks of 4 rows of W and the remainder rows; on the AVX2 blocks, float32 x of
 more than 4 rows broadcast over chunks of 8 and 16 lanes (and several chunks past 16 rows), blocks
-of 8 and 6 rows of W and their remainders, and so with AVX-512 for a float32 W past the caches;
+of 8 and 6 rows of W and their remainders, and the choices for weights past the caches;
 K tails of every length. Negative controls show the bound catches a dropped K tail, a dropped
 remainder row and swapped rows of x (within a chunk and across two). The model-level tests
 decode batches through it (plain and captured) and check that it ran.
@@ -83,14 +83,26 @@ def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k, block
     assert _violations(out, x, w, b) == 0
 
 
-@pytest.mark.parametrize(("m", "n", "k"), [(5, 16323, 257), (8, 16323, 257), (17, 16323, 257), (8, 4683, 897), (9, 4683, 897)])
-def test_float32_weights_past_the_caches_within_the_bound(m, n, k, blocks):
-    """A float32 W of at least 16 MiB streams from memory: with AVX-512 it runs the broadcast
-    blocks for more than 4 rows of x where K ≤ 512 and for more than 8 rows at any K (the
-    kernel's streamed_broadcast), the dot blocks otherwise (8 rows at K = 897); 16323 = 680
-    spans of 24 rows + 3, 4683 = 195 spans + 3; both K have a tail."""
-    x, w, b = _inputs(m, n, k, torch.float32, seed=m)
-    assert w.numel() * 4 >= 16 << 20
+#: Weights of at least 16 MiB (the kernel's kStreamedBytes), which stream from memory: float32
+#: past 4 rows of x takes the broadcast blocks with AVX-512 where K ≤ 512 and past 8 rows at any K
+#: (8 rows at K = 897 the dot blocks); one row of x in bfloat16 takes one row of W per pass (below
+#: it, 4). 16323 = 680 spans of 24 rows + 3, 4683 = 195 + 3, 32771 = 8192 blocks of 4 + 3; every
+#: K has a tail.
+STREAMED = [
+    (torch.float32, 5, 16323, 257),
+    (torch.float32, 8, 16323, 257),
+    (torch.float32, 17, 16323, 257),
+    (torch.float32, 8, 4683, 897),
+    (torch.float32, 9, 4683, 897),
+    (torch.bfloat16, 1, 32771, 257),
+]
+
+
+@pytest.mark.parametrize(("dtype", "m", "n", "k"), STREAMED, ids=lambda v: str(v).replace("torch.", ""))
+def test_weights_past_the_caches_within_the_bound(dtype, m, n, k, blocks):
+    """The kernel's choices for a weight that streams from memory give the contract's answer."""
+    x, w, b = _inputs(m, n, k, dtype, seed=m)
+    assert w.numel() * w.element_size() >= 16 << 20
     out = torch.ops.plga.rows_linear(x, w, b)
     assert _violations(out, x, w, b) == 0
     no_last_row = out.clone()
