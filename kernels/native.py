@@ -37,12 +37,15 @@ captured kvg steps at batch 8: ``small`` 4.6–5.0 → 2.7–3.4 ms, paper-110m 
 With AVX-512 the dot-product blocks stay faster where W is cached; where a float32 W of 16 MiB
 or more streams from memory the broadcast blocks take over while their working set fits L1
 (K < 512) and, at any K, past 8 rows (on an AMD EPYC with AVX-512, 32000 × 256 at 8 rows:
-1.81–1.84 → 1.11–1.17 ms; 32000 × 896 at 16 rows: 7.7–8.2 → 6.1–6.3 ms).
+1.81–1.84 → 1.11–1.17 ms; 32000 × 896 at 16 rows: 7.7–8.2 → 6.1–6.3 ms; captured float32
+``small`` steps at batch 8, interleaved in one process: kvg 2.9–3.2 → 2.3–2.5 ms, kv 3.5–3.9 →
+3.1–3.3 ms).
 At one row the AVX2 blocks also pass over 4 rows of W at a time: one row of W per pass left a
 single FMA chain per output, bound by the FMA's latency (bfloat16 2688 × 896 0.33–0.39 → 0.11–0.13
 ms); bfloat16 kvg steps at batch 1, plain paper-110m 16.5–18.1 → 11.3 ms, captured ``small``
-1.86–1.97 → 1.05–1.30 ms. The AVX512-BF16 blocks do the same below 16 MiB of W (2688 × 896:
-59–64 → 50–51 µs); a weight that streams from memory keeps one row of W per pass, read in order.
+1.86–1.97 → 1.05–1.30 ms. The AVX-512 blocks keep one row of W per pass at one row, read in
+order: 4 rows of W made a bfloat16 product alone (its W warm in L3) faster, but captured
+bfloat16 steps, whose weights stream from memory, slower (paper-110m kvg 4.4 → 6.1 ms).
 ``rows_argmax(x)`` is ``torch.argmax(x, -1)`` for float32 or bfloat16 logits [B, V] — the same
 index, NaN included — read twice from cache with AVX2 (the maximum, then its first index):
 torch's reads about one element a nanosecond, eagerly and inside a captured step alike.

@@ -40,9 +40,6 @@ constexpr int64_t kMaxGroup = 4;  // rows of x per pass over a block
 // (small: K = 256, 1 KiB rows, the block is one page): measured 0.68× the column-block GEMV in a
 // decoding step without it. A prefetch past the end of W is harmless (it never faults).
 constexpr int kAhead = 2;
-// A weight at least this large streams from memory rather than from the last-level cache; the
-// block choices below differ on the two sides of it (streamed_broadcast, rows_range).
-constexpr int64_t kStreamedBytes = int64_t{16} << 20;
 
 // The blocks this CPU runs (asked once, at load), and the tests' narrowing switch.
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -177,6 +174,7 @@ __attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, floa
 // cached) at 8 rows 0.44–0.52 against 0.46–0.58 ms. Past 8 rows the broadcast blocks were also
 // equal or faster over most cached weights (2688 × 896 at 16 rows: 0.51–0.60 against 0.44–0.48 ms)
 // but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks.
+constexpr int64_t kStreamedBytes = int64_t{16} << 20;  // a float32 W at least this large streams from memory
 constexpr int64_t kL1Bytes = int64_t{32} << 10;
 
 // Whether AVX-512's float32 product of M > kMaxGroup rows runs the broadcast blocks.
@@ -290,26 +288,18 @@ void group(const T* x, const T* w, float* acc, int64_t K, int64_t mc) {
   }
 }
 
-// Whether one row of x runs the blocks of 4 rows of W. On the AVX2 blocks it does: with one row of
-// W at a time, each output was a single FMA chain, bound by the FMA's latency (8 elements per 4–5
-// cycles, about 13 GB/s of bfloat16 on two cores of an AVX2-only AMD EPYC); four independent chains
-// read 37–45 GB/s from cache (2688 × 896 bfloat16: 0.33–0.39 → 0.11–0.13 ms). So do AVX512-BF16's
-// below kStreamedBytes (VDPBF16PS's latency bounds one chain too). On an AMD EPYC with AVX-512, one
-// row, 2 threads, the two choices interleaved in one process: 896 × 896 24–26 → 19–20 µs, 2688 ×
-// 896 59–64 → 50–51 µs, 6000 × 896 (10.7 MB) 131–137 → 103–109 µs, 24000 × 256 (12.3 MB) 1.10–1.15×
-// faster, 32000 × 256 (16.4 MB) equal (0.93–1.07×). Where W streams from memory one row of W per
-// pass reads it in order (32000 × 896: 1.65–1.84 against 2.2–2.8 ms). AVX-512's float32 blocks
-// gained nothing from 4 rows (equal within the noise, W cached or not) and keep one.
-template <typename T>
-bool four_rows_for_one(int64_t N, int64_t K) {
-  if (avx2_blocks<T>()) return true;
-  return std::is_same<T, at::BFloat16>::value && N * K * static_cast<int64_t>(sizeof(T)) < kStreamedBytes;
-}
-
-// Rows [n0, n1) of W against every row of x.
+// Rows [n0, n1) of W against every row of x. On the AVX2 blocks one row of x also runs the blocks
+// of 4 rows of W: with one row of W at a time, each output was a single FMA chain, bound by the
+// FMA's latency (8 elements per 4–5 cycles, about 13 GB/s of bfloat16 on two cores of an AVX2-only
+// AMD EPYC); four independent chains read 37–45 GB/s from cache (2688 × 896 bfloat16: 0.33–0.39 →
+// 0.11–0.13 ms). The AVX-512 blocks keep one row of W per pass at one row of x, read in order. On
+// an AMD EPYC with AVX-512, 4 rows of W made a bfloat16 product alone, its W warm in L3, faster
+// (2688 × 896: 59–64 → 50–51 µs), but captured bfloat16 steps, whose weights stream from memory,
+// slower (interleaved in one process: paper-110m kvg 4.4 → 6.1 ms, small kv 0.9 → 1.35 ms); float32
+// products alone gained nothing.
 template <typename T>
 void rows_range(const T* x, const T* w, const T* b, T* out, int64_t M, int64_t N, int64_t K, int64_t n0, int64_t n1) {
-  const bool four_rows = M > 1 || four_rows_for_one<T>(N, K);
+  const bool four_rows = M > 1 || avx2_blocks<T>();
   float acc[kMaxGroup * kRows];
   for (int64_t n = n0; n < n1; n += kRows) {
     const int64_t rows = std::min(kRows, n1 - n);
