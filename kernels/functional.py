@@ -290,6 +290,8 @@ def plga_attention(
     if s == 1 and torch.compiler.is_compiling():  # a captured decoding step
         allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
         return one_query_attention(qg, k, v, allowed, scale=scale, finite_mask=finite_mask)
+    if scale == 0.0:  # every score is exactly 0: the same softmax from zero queries at scale 1
+        qg, scale = torch.zeros_like(qg), 1.0  # (CUDA's fused bfloat16 kernels returned NaN at scale 0)
     if key_padding_mask is None and causal and s <= t:  # every row has a key: no mask tensor, flash-eligible
         if s == t:
             return F.scaled_dot_product_attention(qg, k, v, is_causal=True, scale=scale)
@@ -302,8 +304,11 @@ def plga_attention(
     allowed = attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
     if allowed is None:
         return F.scaled_dot_product_attention(qg, k, v, scale=scale)
-    mask = finite_additive_mask(allowed, q.dtype) if finite_mask else allowed
-    return F.scaled_dot_product_attention(qg, k, v, attn_mask=mask, scale=scale)
+    if finite_mask:
+        return F.scaled_dot_product_attention(qg, k, v, attn_mask=finite_additive_mask(allowed, q.dtype), scale=scale)
+    out = F.scaled_dot_product_attention(qg, k, v, attn_mask=allowed, scale=scale)  # [B, H, S, dv]
+    # a row with no allowed key is zeros whatever the backend (CUDA's bfloat16 kernel left values there)
+    return out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
 
 
 def _takes_blocked_path(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, causal: bool, key_padding_mask: Tensor | None) -> bool:

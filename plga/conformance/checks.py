@@ -386,17 +386,18 @@ def _abs_backward_magnitudes(t: dict[str, Any], w: Any, kw: dict[str, Any]) -> l
     products, float64; see :mod:`plga.conformance.tolerance`)."""
     import torch
 
-    q, k, v = (t[n].double() for n in ("q", "k", "v"))
+    q, k, v = (t[n].double().cpu() for n in ("q", "k", "v"))  # on the CPU, whatever the kernel's device
     d = q.shape[-1]
-    g = torch.eye(d, dtype=torch.float64) if t["G"] is None else t["G"].double()
+    g = torch.eye(d, dtype=torch.float64) if t["G"] is None else t["G"].double().cpu()
     scale = 1 / math.sqrt(d) if kw["scale"] is None else kw["scale"]
     qg = q @ g  # [B, H, S, d]
-    allowed = eg.attention_support(q.shape[2], k.shape[2], causal=kw["causal"], key_padding_mask=kw["key_padding_mask"])
+    kpm = None if kw["key_padding_mask"] is None else kw["key_padding_mask"].cpu()
+    allowed = eg.attention_support(q.shape[2], k.shape[2], causal=kw["causal"], key_padding_mask=kpm)
     x = (qg @ k.transpose(-1, -2)) * scale
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
     p = torch.softmax(x, dim=-1).nan_to_num(0.0)  # [B, H, S, T]
-    do = w.double().abs()  # [B, H, S, dv]
+    do = w.double().cpu().abs()  # [B, H, S, dv]
     o = (p @ v).abs()
     ds = p * (do @ v.abs().transpose(-1, -2) + (do * o).sum(-1, keepdim=True))  # [B, H, S, T]
     dqg = scale * ds @ k.abs()  # [B, H, S, d]

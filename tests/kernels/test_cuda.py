@@ -83,7 +83,7 @@ def test_generation_every_mode_matches_reference(cuda_device):
         np.testing.assert_array_equal(got.tokens.cpu().numpy(), want.tokens, err_msg=mode)
         assert_rel_close(got.step_logits, want.step_logits, name=mode)
     G = np.random.default_rng(1).normal(size=(config.num_layers, config.num_heads, config.depth, config.depth))
-    want = R.generate(ref_params, config, tokens, 6, "kv", constant_g=list(G))
+    want = R.generate(ref_params, config, tokens, 6, "collapsed", constant_g=list(G))
     got = model.generate(prompt, 6, "collapsed", G=G, return_step_logits=True)
     np.testing.assert_array_equal(got.tokens.cpu().numpy(), want.tokens)
     assert_rel_close(got.step_logits, want.step_logits, name="collapsed")

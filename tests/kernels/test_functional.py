@@ -158,6 +158,42 @@ def test_fully_masked_rows():
     assert torch.all(finite[:, :, :2] != 0)
 
 
+def _careless_sdpa(real):
+    """A fused SDPA behaving as CUDA's bfloat16 kernels did on an H200 (torch 2.11): NaN at
+    scale 0, and values left in rows whose every key is masked."""
+
+    def sdpa(q, k, v, attn_mask=None, scale=None, **kw):
+        out = real(q, k, v, attn_mask=attn_mask, scale=scale, **kw)
+        if scale == 0.0:
+            return torch.full_like(out, float("nan"))
+        if attn_mask is not None and attn_mask.dtype == torch.bool:
+            return torch.where(attn_mask.any(-1, keepdim=True), out, torch.full_like(out, 0.25))
+        return out
+
+    return sdpa
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.bfloat16])
+def test_result_does_not_rest_on_the_backend_at_scale_zero_and_empty_rows(monkeypatch, dtype):
+    """Scale 0 (every score 0: uniform weights) and fully masked rows (zeros) hold whatever the
+    fused SDPA does with them; the stand-in backend's own outputs are the negative control."""
+    q, k, v, G = (x.to(dtype) for x in _inputs(21, 2, 2, 4, 6, 8, 8, "heads"))
+    mask = torch.tensor([[False] * 6, [True] * 4 + [False] * 2])  # row 1: the first causal queries see no key
+    careless = _careless_sdpa(F.scaled_dot_product_attention)
+    assert careless(q, k, v, scale=0.0).isnan().all()  # the stand-in does misbehave
+    allowed = KF.attention_support(4, 6, causal=True, key_padding_mask=mask)
+    assert (careless(q, k, v, attn_mask=allowed)[1, :, :2] == 0.25).all()
+    want_uniform = plga_attention_eager(q, k, v, G, scale=0.0)
+    want_masked = plga_attention_eager(q, k, v, G, causal=True, key_padding_mask=mask)
+    monkeypatch.setattr(KF.F, "scaled_dot_product_attention", careless)
+    got = plga_attention(q, k, v, G, scale=0.0)
+    torch.testing.assert_close(got, want_uniform, rtol=0, atol=1e-12 if dtype == torch.float64 else 1e-2)
+    torch.testing.assert_close(got.float(), v.float().mean(-2, keepdim=True).expand_as(got), rtol=0, atol=1e-2)
+    got = plga_attention(q, k, v, G, causal=True, key_padding_mask=mask)
+    assert (got[1, :, :2] == 0).all()
+    torch.testing.assert_close(got, want_masked, rtol=0, atol=1e-12 if dtype == torch.float64 else 2e-2)
+
+
 def test_error_contract():
     q, k, v, G = _inputs(0, 1, 2, 5, 3, 4, 4, "heads")
     with pytest.raises(ValueError, match="S ≤ T"):
