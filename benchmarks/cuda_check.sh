@@ -7,13 +7,16 @@
 #   bash benchmarks/cuda_check.sh [OUTDIR] [BENCH_ARGS...]
 #
 # OUTDIR (default cuda-check-out, or $OUT where set) receives the logs and bench JSON/markdown.
-# BENCH_ARGS replace the default bench selection (--config small,paper-110m --cases prefill,decode
-# --no-cached-compile: the device time is short; the cold compiles are timed).
+# BENCH_ARGS replace the default bench selection, the rows of the CUDA targets (about 4 minutes
+# on an H200): batch-1 decoding of paper-110m in kvg and collapsed, plain and captured (CUDA
+# graphs), float32 and bfloat16; prefill eager / fused / bfloat16 at b8 s1024 and the smallest
+# shape of both configs; the cold compiles timed, not the cached ones.
 # Golden-vector tests read the shipped tests/data ($PLGA_SHARED_DATA overrides it).
-# STEP_TIMEOUT_S (default 0: none) caps each step before the bench, so that one hung step cannot
-# take a short lease's remaining time from the bench (which writes OUTDIR/bench-cuda.json.partial
-# as it goes, and caps each case with --case-timeout-s). OUTDIR receives logs and bench files only (seven
-# files); the CLI step's tokens, arrays and audit go to a temporary folder.
+# STEP_TIMEOUT_S (default 0: none; 150 suits a 15-minute lease) caps each step before the
+# bench, so that one hung step cannot take the bench's time (the bench writes
+# OUTDIR/bench-cuda.json.partial as it goes and caps each case with --case-timeout-s).
+# OUTDIR receives seven files, logs and bench results; the CLI step's tokens, arrays and audit
+# go to a temporary folder.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out="${1:-${OUT:-cuda-check-out}}"; shift || true
@@ -22,7 +25,8 @@ bench_args=("$@")
 scratch="$(mktemp -d)"
 limit() { timeout --kill-after=10 "${STEP_TIMEOUT_S:-0}" "$@"; }
 export PYTHONUNBUFFERED=1
-[ ${#bench_args[@]} -eq 0 ] && bench_args=(--config small,paper-110m --cases prefill,decode --no-cached-compile)
+[ ${#bench_args[@]} -eq 0 ] && bench_args=(--config paper-110m,small --cases prefill,decode --no-cached-compile
+  --only 'paper-110m/decode/kvg/,paper-110m/decode/collapsed/,/b8s1024/,/b1s128/')
 py="${PYTHON:-python3}"
 dev="${PLGA_CHECK_DEVICE:-cuda}"  # cpu: a dry run of this script on a machine without CUDA
 status=0
@@ -34,6 +38,8 @@ nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.sm,clocks.mem --f
 
 step install
 "$py" -m pip install -q --no-deps --no-build-isolation --no-index -e . 2>&1 | tail -3 || { echo "install failed"; exit 1; }
+# the native CPU kernels build once here, not inside the first timed step that loads them
+"$py" -c "import torch; from plga.kernels import native; print('native CPU kernels:', native.prepare(torch.float32))" 2>&1 | tail -1
 
 step "CUDA tests"
 limit "$py" -m pytest -q -p no:cacheprovider -m cuda tests/kernels 2>&1 | tee "$out/cuda_tests.log" | tail -25 || status=1
@@ -41,8 +47,10 @@ limit "$py" -m pytest -q -p no:cacheprovider -m cuda tests/kernels 2>&1 | tee "$
 step "conformance on cuda (quick profile)"
 PLGA_DEVICE="$dev" limit "$py" -m plga.conformance --profile quick 2>&1 | tee "$out/conformance_cuda.log" | tail -25 || status=1
 
-step "conformance on cuda, captured decoding steps (CUDA graphs; generation checks)"
-PLGA_DEVICE="$dev" limit "$py" -m plga.conformance --profile quick --impl kernels-captured --group cache 2>&1 \
+step "conformance on cuda, captured decoding steps (CUDA graphs; the float32 generation checks)"
+# every drawn model shape compiles a step: the whole cache group in three dtypes takes far longer
+PLGA_DEVICE="$dev" limit "$py" -m plga.conformance --profile quick --impl kernels-captured \
+  -k 'float32 and (cache_modes or collapsed_equals_kvg or gcache_invalidated)' 2>&1 \
   | tee "$out/conformance_cuda_captured.log" | tail -15 || status=1
 
 step "CLI on cuda (golden checkpoint: torch on cuda against the float64 reference)"

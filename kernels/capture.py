@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import contextlib
 import types
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -56,15 +57,15 @@ RECOMPILE_LIMIT = 64
 #:   faster in alternating A/B runs.
 CPU_OPTIONS = {"cpp.enable_kernel_profile": True, "size_asserts": False}
 _LIFETIME_COMPILATIONS = 1 << 30
-_COMPILED: dict[str, Callable[..., tuple[Tensor, ...]]] = {}
+_COMPILED: dict[str, Callable[..., Tensor]] = {}
 
 
-def _step(model: Any, tokens: Tensor, position: Tensor, cache: Any, mode: str, operators: Any,
-          fields: dict[str, Any]) -> tuple[Tensor, ...]:
-    return model._captured_body(tokens, position, cache, mode, operators, fields)
+def _step(model: Any, tokens: Tensor, position: Tensor, flags: Tensor, cache: Any, mode: str, operators: Any,
+          fields: dict[str, Any]) -> Tensor:
+    return model._captured_body(tokens, position, flags, cache, mode, operators, fields)
 
 
-def compiled_step(device: torch.device) -> Callable[..., tuple[Tensor, ...]]:
+def compiled_step(device: torch.device) -> Callable[..., Tensor]:
     """The compiled step function for ``device`` (built on first use; one per device type)."""
     fn = _COMPILED.get(device.type)
     if fn is None:
@@ -108,7 +109,7 @@ class CapturedSteps:
         self.fn = compiled_step(device)
         self._stack = contextlib.ExitStack()
         self._warm = False
-        self.direct: Callable[..., tuple[Tensor, ...]] | None = None  # the entry's code, once found
+        self.direct: Callable[..., Tensor] | None = None  # the entry's code, once found
 
     def __enter__(self) -> CapturedSteps:
         return self
@@ -116,7 +117,7 @@ class CapturedSteps:
     def __exit__(self, *exc: object) -> None:
         self._stack.close()
 
-    def __call__(self, model: Any, *args: Any) -> tuple[Tensor, ...]:
+    def __call__(self, model: Any, *args: Any) -> Tensor:
         begin_step(self.device)
         if not self._warm and _default_stance():  # an entry compiled earlier may accept this step
             self.direct = entry_function(_step, (model, *args))
@@ -125,6 +126,7 @@ class CapturedSteps:
             return self.direct(model, *args)
         if self._warm:
             return self.fn(model, *args)
+        skips = cuda_graph_skips()
         with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, accumulated_recompile_limit=_LIFETIME_COMPILATIONS):
             if len(_entries(_step) or ()) >= RECOMPILE_LIMIT:  # no entry accepts this step: make room
                 torch._dynamo.eval_frame.remove_from_cache(_step)
@@ -133,12 +135,31 @@ class CapturedSteps:
             except torch._dynamo.exc.FailOnRecompileLimitHit:  # a torch that cannot list its entries
                 torch._dynamo.eval_frame.remove_from_cache(_step)  # raised before the step ran: nothing written
                 out = self.fn(model, *args)
+        warn_if_graph_skipped(self.device, skips)
         if _default_stance():  # not under a user's stance (force_eager runs every step eagerly)
             self.direct = entry_function(_step, (model, *args))
             if self.direct is None:
                 self._stack.enter_context(torch.compiler.set_stance(skip_guard_eval_unsafe=True))
         self._warm = True
         return out
+
+
+def cuda_graph_skips() -> int:
+    """How many compiled graphs of this process Inductor left without the CUDA graph that
+    ``mode="reduce-overhead"`` asked for (its ``cudagraph_skips`` counter; 0 where this torch
+    keeps none)."""
+    return int(torch._dynamo.utils.counters["inductor"].get("cudagraph_skips", 0))
+
+
+def warn_if_graph_skipped(device: torch.device, skips_before: int) -> None:
+    """Warn when a compilation on CUDA since the count ``skips_before`` left its graph without
+    the CUDA graph (a silent fallback of Inductor's otherwise: every step would launch its
+    kernels from Python, several times slower on a GPU)."""
+    if device.type == "cuda" and cuda_graph_skips() > skips_before:
+        warnings.warn(
+            "plga: Inductor compiled a captured decoding step without a CUDA graph: each step launches its "
+            "kernels from Python (TORCH_LOGS=cudagraphs names the reason)", RuntimeWarning, stacklevel=4,
+        )
 
 
 def _default_stance() -> bool:
@@ -192,4 +213,7 @@ def begin_step(device: torch.device) -> None:
         torch.compiler.cudagraph_mark_step_begin()
 
 
-__all__ = ["CPU_OPTIONS", "CapturedSteps", "begin_step", "bucket", "compiled_step", "entry_function", "prepare_cache", "prepare_static"]
+__all__ = [
+    "CPU_OPTIONS", "CapturedSteps", "begin_step", "bucket", "compiled_step", "cuda_graph_skips", "entry_function", "prepare_cache",
+    "prepare_static", "warn_if_graph_skipped",
+]

@@ -118,7 +118,9 @@ class PLDRModel(nn.Module):
 
     Non-finite values are never returned silently: every forward and step checks the deductive
     tensors (A, A_LM, A_P, G_LM) and the hidden state of every layer and raises
-    :class:`~plga.errors.NonFiniteError` naming the layer and heads (one device sync per call).
+    :class:`~plga.errors.NonFiniteError` naming the layer and heads (one device sync per call;
+    the captured steps of a generation are checked together after the last one, so that no
+    sync stalls a CUDA graph's replays).
     Set ``model.check_finite = False`` to skip the check.
     """
 
@@ -707,34 +709,32 @@ class PLDRModel(nn.Module):
         return fields
 
     def _captured_step(
-        self, ids: Tensor, position: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
+        self, ids: Tensor, position: Tensor, flags: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
         fields: dict[str, Any], steps: capture.CapturedSteps,
     ) -> Tensor:
         """Generate's cached step of one token per row as one compiled graph (:mod:`.capture`):
         the same stages as :meth:`_step` on static shapes, for the token ``ids[:, position]``.
-        The graph writes the greedy choice to ``ids[:, position + 1]`` and advances ``position``
-        (the loop between steps runs no tensor operation when decoding greedily). Returns the
-        last-position logits [B, V]."""
+        The graph writes the greedy choice to ``ids[:, position + 1]``, the non-finite flags of
+        the last hidden state to ``flags[:, position]`` (checked once, after the generation:
+        no device sync between steps) and advances ``position`` (the loop between steps runs no
+        tensor operation when decoding greedily). Returns the last-position logits [B, V]."""
         if cache.length + 1 > cache.capacity:
             raise InputError(f"cache capacity {cache.capacity} exhausted (length {cache.length} + 1)")
-        logits, bad, any_bad = steps(self, ids, position, cache, mode, operators, fields)
+        logits = steps(self, ids, position, flags, cache, mode, operators, fields)
         cache.length += 1
-        if self.check_finite and bool(any_bad):  # one sync; the message names the positions
-            guard = FiniteGuard(deductive=False)
-            guard.add_flags(self.config.num_layers - 1, "the hidden state", bad)
-            guard.check()
         if self.device.type == "cuda":  # a CUDA graph overwrites its outputs on the next replay
             return logits.clone()
         return logits
 
     def _captured_body(
-        self, ids: Tensor, position: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
+        self, ids: Tensor, position: Tensor, flags: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
         fields: dict[str, Any],
-    ) -> tuple[Tensor, Tensor, Tensor]:
+    ) -> Tensor:
         """What :func:`.capture.compiled_step` compiles: the tokens ``ids[:, position]`` of the
-        token buffer ids [B, C + 1] at ``position`` [1] → logits [B, V], the non-finite flags of
-        the last hidden state [B, 1] and whether any is set []; in place, the greedy choice
-        (argmax of the logits) written to ``ids[:, position + 1]`` and ``position`` advanced by one."""
+        token buffer ids [B, C + 1] at ``position`` [1] → logits [B, V]; in place, the greedy
+        choice (argmax of the logits) written to ``ids[:, position + 1]``, whether the last
+        hidden state of each row is not finite to ``flags[:, position]`` (flags [B, C + 1]
+        bool), and ``position`` advanced by one."""
         tokens = ids.index_select(1, position)  # [B, 1]
         unwritten = torch.arange(cache.capacity, device=position.device) > position  # [C]
         key_padding = unwritten.expand(tokens.shape[0], -1) if cache.key_padding is None else cache.key_padding | unwritten
@@ -745,10 +745,10 @@ class PLDRModel(nn.Module):
         )
         logits, h, _ = self._run(tokens, p, "last")
         assert logits is not None
-        bad = ~torch.isfinite(h).reshape(h.shape[0], h.shape[1], -1).all(-1)  # [B, 1]
+        flags.index_copy_(1, position, ~torch.isfinite(h).reshape(h.shape[0], h.shape[1], -1).all(-1))  # [B, 1]
         ids.index_copy_(1, position + 1, native.greedy(logits)[:, None])
         position.add_(1)
-        return logits, bad, bad.any()
+        return logits
 
     # -- scoring --------------------------------------------------------------------------------
 
@@ -857,12 +857,13 @@ class PLDRModel(nn.Module):
             logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
             fields = self._capture_fields(cache) if captured else None
             plain_fields = self._generation_fields(cache) if fields is None and max_new_tokens > 1 else None
-            ids, position = out_tokens, None  # where the steps read their tokens
-            if fields is not None:  # a token buffer of the cache's static width, and the step's position
+            ids, position, flags = out_tokens, None, None  # where the steps read their tokens
+            if fields is not None:  # a token buffer of the cache's static width, the step's position, its flags
                 ids = torch.zeros(b, cache.capacity + 1, dtype=torch.long, device=self.device)
                 ids[:, :s] = tokens
                 position = torch.full((1,), s, dtype=torch.long, device=self.device)
-                capture.prepare_static(ids, position)
+                flags = torch.zeros(b, cache.capacity + 1, dtype=torch.bool, device=self.device)
+                capture.prepare_static(ids, position, flags)
             with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
                 for n in steps_of(max_new_tokens, progress):
                     assert logits is not None
@@ -872,10 +873,14 @@ class PLDRModel(nn.Module):
                     else:
                         ids[:, s + n] = choose(logits)
                     if n + 1 < max_new_tokens and position is not None:
-                        assert fields is not None and captured_steps is not None
-                        logits = self._captured_step(ids, position, cache, mode, operators, fields, captured_steps)
+                        assert fields is not None and flags is not None and captured_steps is not None
+                        logits = self._captured_step(ids, position, flags, cache, mode, operators, fields, captured_steps)
                     elif n + 1 < max_new_tokens:
                         logits = self._step(ids[:, s + n, None], cache, mode, operators, "last", "sdpa", trusted=True, fields=plain_fields)
+            if flags is not None and self.check_finite:  # the captured steps' flags: one sync for all of them
+                guard = FiniteGuard(deductive=False)
+                guard.add_flags(self.config.num_layers - 1, "the hidden state", flags)
+                guard.check()
             if ids is not out_tokens:
                 out_tokens[:, s:] = ids[:, s : s + max_new_tokens]
         step_logits = None

@@ -550,6 +550,10 @@ def run_case(spec: dict[str, Any], gate: Gate = OPEN) -> dict[str, Any]:
         # its case filled); compile time = first call − second call of the same workload
         (first, again), _ = _time(warm["fn"], 2, 0, device, min_run_s=0)
         out["compile_s"] = max(0.0, first - again)
+        if device.startswith("cuda"):
+            from ..kernels.capture import cuda_graph_skips
+
+            out["cuda_graph_skips"] = cuda_graph_skips()
         warmup -= 1
         if spec.get("compile_probe"):
             out["times_s"] = [first]

@@ -204,6 +204,13 @@ def format_targets(verdicts: list[Verdict]) -> str:
     return "\n".join(lines)
 
 
+def format_cuda_graphs(rows: list[Row]) -> str:
+    """A line naming the captured CUDA rows whose step Inductor compiled without a CUDA graph
+    (each step then launched its kernels from Python); empty when there are none."""
+    skipped = [r.id for r in rows if r.ok and r.cuda_graph_skips]
+    return f"captured rows without a CUDA graph (Inductor skipped it; TORCH_LOGS=cudagraphs says why): {', '.join(skipped)}" if skipped else ""
+
+
 def format_accuracy(rows: list[Row]) -> str:
     r = next((r for r in rows if r.ok and r.kind == "accuracy"), None)
     if r is None:
@@ -231,9 +238,9 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
     in_turn = format_in_turn_bandwidth(rows)
     if in_turn:
         parts.append(in_turn)
-    acc = format_accuracy(rows)
-    if acc:
-        parts.append(acc)
+    for line in (format_accuracy(rows), format_cuda_graphs(rows)):
+        if line:
+            parts.append(line)
     parts += [
         "",
         format_rows(rows),
@@ -249,5 +256,6 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
 
 
 __all__ = [
-    "SCHEMA", "format_in_turn_bandwidth", "format_limits", "format_report", "format_rows", "format_targets", "validate_document",
+    "SCHEMA", "format_cuda_graphs", "format_in_turn_bandwidth", "format_limits", "format_report", "format_rows", "format_targets",
+    "validate_document",
 ]

@@ -52,6 +52,7 @@ class Row:
     peak_device_bytes: int | None = None
     compile_s: float | None = None  # first (compiling) call of a captured row, on an empty Inductor cache
     compile_cached_s: float | None = None  # the same in a fresh process on the cache the row filled
+    cuda_graph_skips: int | None = None  # captured CUDA rows: graphs Inductor compiled without a CUDA graph
     # work and speed
     flops: int | None = None
     flops_breakdown: dict[str, int] | None = None
@@ -132,7 +133,7 @@ def derive_row(raw: dict[str, Any], limits: dict[str, Any]) -> Row:
         wall_s=raw.get("wall_s"), threads=raw.get("threads"), peak_rss_bytes=raw.get("peak_rss_bytes"),
         peak_rss_source=raw.get("peak_rss_source"), rss_before_runs_bytes=raw.get("rss_before_runs_bytes"),
         peak_device_bytes=raw.get("peak_device_bytes"), compile_s=raw.get("compile_s"),
-        compile_cached_s=raw.get("compile_cached_s"),
+        compile_cached_s=raw.get("compile_cached_s"), cuda_graph_skips=raw.get("cuda_graph_skips"),
     )
     if raw.get("compile_cached_error"):
         row.unmeasured = {"compile_cached_s": raw["compile_cached_error"]}

@@ -115,3 +115,19 @@ def test_a_profile_that_outruns_its_wall_time_is_not_a_zero_overhead():
     # control: one inconsistent pair of three leaves a measured median
     pairs[1]["generate_compute_s"] = 1.8
     assert derive_row(raw(spec, [3.0] * 5, prefill_times_s=[1.0], overhead_pairs=pairs), LIMITS).loop_overhead_fraction == pytest.approx(0.1)
+
+
+def test_captured_cuda_rows_without_a_cuda_graph_are_named():
+    """A captured CUDA row whose step Inductor compiled without a CUDA graph is named under the
+    table; a row that kept its graph (0 skips) and a CPU row (no count) are not."""
+    from plga.bench.report import format_cuda_graphs
+
+    spec = {"kind": "decode", "config": "tiny", "impl": "fused", "dtype": "float32", "batch": 1, "seq": 8, "new_tokens": 11,
+            "mode": "kvg", "capture": "compile"}
+    rows = [derive_row(raw({**spec, "id": name}, [2.0] * 5, prefill_times_s=[1.0], **extra), LIMITS)
+            for name, extra in (("graphed", {"cuda_graph_skips": 0}), ("skipped", {"cuda_graph_skips": 1}), ("cpu", {}))]
+    assert [r.cuda_graph_skips for r in rows] == [0, 1, None]
+    assert Row.from_json(rows[1].to_json()) == rows[1]
+    line = format_cuda_graphs(rows)
+    assert "skipped" in line and "graphed" not in line and "cpu" not in line
+    assert format_cuda_graphs(rows[::2]) == ""

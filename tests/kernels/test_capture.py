@@ -7,6 +7,7 @@ that attends to the cache rows not yet written."""
 from __future__ import annotations
 
 import logging
+import warnings
 
 import numpy as np
 import pytest
@@ -446,3 +447,19 @@ def test_sampled_generation_is_the_uncaptured_one():
     # the captured steps also write their greedy choice; the sampled token must replace it
     greedy = _generate(model, BATCH, "kvg", captured=True)
     assert not torch.equal(got.tokens, greedy.tokens)
+
+
+def test_a_cuda_step_compiled_without_its_cuda_graph_is_reported(monkeypatch):
+    """Inductor falls back silently to launching a step's kernels from Python when it cannot
+    keep the CUDA graph; the capture reads its skip counter and warns (CUDA only)."""
+    from torch._dynamo.utils import counters
+
+    before = C.cuda_graph_skips()
+    monkeypatch.setitem(counters["inductor"], "cudagraph_skips", before + 1)
+    assert C.cuda_graph_skips() == before + 1
+    with pytest.warns(RuntimeWarning, match="without a CUDA graph"):
+        C.warn_if_graph_skipped(torch.device("cuda"), before)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        C.warn_if_graph_skipped(torch.device("cuda"), before + 1)  # no new skip
+        C.warn_if_graph_skipped(torch.device("cpu"), before)  # the CPU has no CUDA graph to skip
