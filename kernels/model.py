@@ -726,6 +726,14 @@ class PLDRModel(nn.Module):
             return logits.clone()
         return logits
 
+    def _check_captured_flags(self, flags: Tensor) -> None:
+        """Raise :class:`~plga.errors.NonFiniteError` if a captured step flagged its last hidden
+        state (flags [B, C + 1] by sequence position; one device sync)."""
+        if self.check_finite:
+            guard = FiniteGuard(deductive=False)
+            guard.add_flags(self.config.num_layers - 1, "the hidden state", flags)
+            guard.check()
+
     def _captured_body(
         self, ids: Tensor, position: Tensor, flags: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
         fields: dict[str, Any],
@@ -871,16 +879,16 @@ class PLDRModel(nn.Module):
                         if return_step_logits:
                             steps.append(logits)
                     else:
+                        if n and flags is not None:  # a sampled token: the host reads these logits anyway
+                            self._check_captured_flags(flags)
                         ids[:, s + n] = choose(logits)
                     if n + 1 < max_new_tokens and position is not None:
                         assert fields is not None and flags is not None and captured_steps is not None
                         logits = self._captured_step(ids, position, flags, cache, mode, operators, fields, captured_steps)
                     elif n + 1 < max_new_tokens:
                         logits = self._step(ids[:, s + n, None], cache, mode, operators, "last", "sdpa", trusted=True, fields=plain_fields)
-            if flags is not None and self.check_finite:  # the captured steps' flags: one sync for all of them
-                guard = FiniteGuard(deductive=False)
-                guard.add_flags(self.config.num_layers - 1, "the hidden state", flags)
-                guard.check()
+            if flags is not None:  # greedy: one sync for all the steps' flags
+                self._check_captured_flags(flags)
             if ids is not out_tokens:
                 out_tokens[:, s:] = ids[:, s : s + max_new_tokens]
         step_logits = None

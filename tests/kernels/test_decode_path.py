@@ -189,6 +189,9 @@ def test_generate_steps_still_report_non_finite_hidden_states(captured):
     where = r" at positions \[3, 4\]" if captured else ""
     with pytest.raises(NonFiniteError, match=r"layer \d+: the hidden state is not finite" + where):
         model.generate(prompt, 3, "kvg")
+    # sampling reads each step's logits on the host: the flags are checked first, naming the layer
+    with pytest.raises(NonFiniteError, match=r"layer \d+: the hidden state is not finite"):
+        model.generate(prompt, 3, "kvg", temperature=1.0, top_k=1, seed=0)  # top-1: the greedy token
 
 
 def test_collapse_under_inference_mode_keeps_ordinary_parameters():
