@@ -706,6 +706,7 @@ class PLDRModel(nn.Module):
         if fields["rope"] is None:
             return None
         capture.prepare_cache(cache)
+        capture.prepare_fields(fields)
         return fields
 
     def _captured_step(

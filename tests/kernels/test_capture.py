@@ -463,3 +463,21 @@ def test_a_cuda_step_compiled_without_its_cuda_graph_is_reported(monkeypatch):
         warnings.simplefilter("error")
         C.warn_if_graph_skipped(torch.device("cuda"), before + 1)  # no new skip
         C.warn_if_graph_skipped(torch.device("cpu"), before)  # the CPU has no CUDA graph to skip
+
+
+def test_the_packed_fields_of_a_captured_step_are_all_marked_static(monkeypatch):
+    """Every tensor of the fields a captured step reads (rotation tables, every layer's packed
+    weights, the final projection) goes to ``prepare_static``: on CUDA an unmarked input is
+    copied before each replay. The walker finds tensors at any depth and skips other leaves."""
+    t = [torch.zeros(1) for _ in range(4)]
+    assert [id(x) for x in C.tensors_in({"a": (t[0], 3, [t[1], {"b": t[2]}]), "c": None, "d": t[3]})] == [id(x) for x in t]
+    marked: list[int] = []
+    monkeypatch.setattr(C, "prepare_static", lambda *ts: marked.extend(id(x) for x in ts))
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 5, dtype=torch.float32)
+    model.compile_decode = True
+    with torch.no_grad():  # the packed copies serve passes without autograd
+        fields = model._capture_fields(model.new_cache(1, 64))
+    assert fields is not None
+    want = C.tensors_in(fields)
+    assert len(want) >= 2 + 2 * model.config.num_layers  # rope (cos, sin), each layer's products, the final one
+    assert {id(x) for x in want} <= set(marked)
