@@ -28,9 +28,10 @@ cached on disk by Inductor across processes; its cost and break-even are measure
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import types
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -199,6 +200,62 @@ def prepare_cache(cache: Any) -> None:
     prepare_static(*(t for lc in cache.layers for t in (lc.k, lc.v)))
 
 
+@dataclasses.dataclass
+class StepBuffers:
+    """What a captured generation's steps update in place: the KV cache tensors of every
+    layer (k, v [B, H, C, d] each), the token buffer ids [B, C + 1], the position [1] and the
+    non-finite flags [B, C + 1]."""
+
+    kv: list[tuple[Tensor, Tensor]]
+    ids: Tensor
+    position: Tensor
+    flags: Tensor
+
+    def reset(self) -> None:
+        """Zeros everywhere (a captured step reads the unwritten cache rows, masked: they must
+        be finite), before a new generation."""
+        for k, v in self.kv:
+            k.zero_()
+            v.zero_()
+        self.ids.zero_()
+        self.position.zero_()
+        self.flags.zero_()
+
+
+def reuses_buffers(device: torch.device) -> bool:
+    """Whether captured generations on ``device`` reuse their :class:`StepBuffers` (CUDA: the
+    CUDA graph records their addresses, and a new address re-records the graph — a warm-up
+    and a capture at the first step of every generation)."""
+    return device.type == "cuda"
+
+
+class BufferPool:
+    """A model's idle :class:`StepBuffers` by (batch, cache capacity, dtype, device). A
+    generation leases a set and gives it back when it ends, so two generations at once never
+    share one; the pool keeps one idle set per key (a few capacities: :func:`bucket`)."""
+
+    def __init__(self) -> None:
+        self._idle: dict[tuple[Any, ...], StepBuffers] = {}
+
+    @contextlib.contextmanager
+    def lease(self, key: tuple[Any, ...], make: Callable[[], StepBuffers], *, keep: bool) -> Iterator[StepBuffers]:
+        """An idle set for ``key`` reset to zeros, else ``make()``; given back at the end when
+        ``keep`` (:func:`reuses_buffers`), also after an error (the next lease resets it)."""
+        bufs = self._idle.pop(key, None)
+        if bufs is None:
+            bufs = make()
+        else:
+            bufs.reset()
+        try:
+            yield bufs
+        finally:
+            if keep:
+                self._idle[key] = bufs
+
+    def clear(self) -> None:
+        self._idle = {}
+
+
 def prepare_fields(fields: dict[str, Any]) -> None:
     """On CUDA, mark the packed fields of a captured step (rotation tables, packed weights)
     as static addresses: they persist between steps and generations, and a CUDA graph would
@@ -235,6 +292,6 @@ def begin_step(device: torch.device) -> None:
 
 
 __all__ = [
-    "CPU_OPTIONS", "CapturedSteps", "begin_step", "bucket", "compiled_step", "cuda_graph_skips", "entry_function", "prepare_cache",
-    "prepare_fields", "prepare_static", "tensors_in", "warn_if_graph_skipped",
+    "CPU_OPTIONS", "BufferPool", "CapturedSteps", "StepBuffers", "begin_step", "bucket", "compiled_step", "cuda_graph_skips", "entry_function", "prepare_cache",
+    "prepare_fields", "prepare_static", "reuses_buffers", "tensors_in", "warn_if_graph_skipped",
 ]

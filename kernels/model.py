@@ -152,6 +152,7 @@ class PLDRModel(nn.Module):
         self._scale = 1.0 / float32_sqrt(config.depth)  # 1/√d with √d in float32
         self._rope = RopeTables(config)
         self._packed = PackedWeights()
+        self._step_buffers = capture.BufferPool()  # captured generations' in-place tensors (kept on CUDA)
         for m in self.modules():
             if isinstance(m, nn.Linear):
                 nn.init.xavier_uniform_(m.weight)
@@ -276,6 +277,7 @@ class PLDRModel(nn.Module):
     def _apply(self, fn: Any, recurse: bool = True) -> Any:  # type: ignore[override]
         self._packed.clear()
         self._rope.clear()
+        self._step_buffers.clear()
         return super()._apply(fn, recurse)
 
     # -- inputs -----------------------------------------------------------------------------
@@ -699,6 +701,23 @@ class PLDRModel(nn.Module):
         runs between generate's steps, so nothing can change them there)."""
         return self._packed_fields("sdpa", 0, cache.capacity, cache.layers[0].k.shape[0])
 
+    def _new_step_buffers(self, batch: int, capacity: int) -> capture.StepBuffers:
+        """Zeroed in-place tensors of a captured generation: the KV cache, the token buffer, the
+        position and the non-finite flags (:class:`~.capture.StepBuffers`)."""
+        cache = self.new_cache(batch, capacity)
+        width = (batch, capacity + 1)
+        return capture.StepBuffers(
+            kv=[(lc.k, lc.v) for lc in cache.layers],
+            ids=torch.zeros(width, dtype=torch.long, device=self.device),
+            position=torch.zeros(1, dtype=torch.long, device=self.device),
+            flags=torch.zeros(width, dtype=torch.bool, device=self.device),
+        )
+
+    @staticmethod
+    def _cache_on(bufs: capture.StepBuffers, capacity: int) -> DecodeCache:
+        """An empty :class:`DecodeCache` over the leased tensors ``bufs``."""
+        return DecodeCache(layers=[LayerCache(k=k, v=v) for k, v in bufs.kv], length=0, capacity=capacity, key_padding=None)
+
     def _capture_fields(self, cache: DecodeCache) -> dict[str, Any] | None:
         """The packed fields of :meth:`_captured_step` (rotation tables of every cache position),
         or None when the packed path is not usable (a hook on a projection): steps run uncaptured."""
@@ -862,36 +881,42 @@ class PLDRModel(nn.Module):
             captured = self.compile_decode and max_new_tokens > 1
             if captured:  # a few capacities serve every prompt length: one compilation each
                 capacity = capture.bucket(capacity, self.config.max_seq_len)
-            cache = self.new_cache(b, capacity)
-            logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
-            fields = self._capture_fields(cache) if captured else None
-            plain_fields = self._generation_fields(cache) if fields is None and max_new_tokens > 1 else None
-            ids, position, flags = out_tokens, None, None  # where the steps read their tokens
-            if fields is not None:  # a token buffer of the cache's static width, the step's position, its flags
-                ids = torch.zeros(b, cache.capacity + 1, dtype=torch.long, device=self.device)
-                ids[:, :s] = tokens
-                position = torch.full((1,), s, dtype=torch.long, device=self.device)
-                flags = torch.zeros(b, cache.capacity + 1, dtype=torch.bool, device=self.device)
-                capture.prepare_static(ids, position, flags)
-            with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
-                for n in steps_of(max_new_tokens, progress):
-                    assert logits is not None
-                    if n and position is not None and temperature == 0:  # the step's graph wrote its greedy choice
-                        if return_step_logits:
-                            steps.append(logits)
-                    else:
-                        if n and flags is not None:  # a sampled token: the host reads these logits anyway
-                            self._check_captured_flags(flags)
-                        ids[:, s + n] = choose(logits)
-                    if n + 1 < max_new_tokens and position is not None:
-                        assert fields is not None and flags is not None and captured_steps is not None
-                        logits = self._captured_step(ids, position, flags, cache, mode, operators, fields, captured_steps)
-                    elif n + 1 < max_new_tokens:
-                        logits = self._step(ids[:, s + n, None], cache, mode, operators, "last", "sdpa", trusted=True, fields=plain_fields)
-            if flags is not None:  # greedy: one sync for all the steps' flags
-                self._check_captured_flags(flags)
-            if ids is not out_tokens:
-                out_tokens[:, s:] = ids[:, s : s + max_new_tokens]
+            leased: Any = contextlib.nullcontext()
+            if captured:  # the steps' in-place tensors; on CUDA the same ones every generation
+                key = (b, capacity, self.dtype, self.device)
+                leased = self._step_buffers.lease(key, lambda: self._new_step_buffers(b, capacity),
+                                                  keep=capture.reuses_buffers(self.device))
+            with leased as bufs:
+                cache = self.new_cache(b, capacity) if bufs is None else self._cache_on(bufs, capacity)
+                logits = self.forward(tokens, logits="last", G=operators, cache=cache).logits
+                fields = self._capture_fields(cache) if captured else None
+                plain_fields = self._generation_fields(cache) if fields is None and max_new_tokens > 1 else None
+                ids, position, flags = out_tokens, None, None  # where the steps read their tokens
+                if fields is not None:  # a token buffer of the cache's static width, the step's position, its flags
+                    ids, position, flags = bufs.ids, bufs.position, bufs.flags
+                    ids[:, :s] = tokens
+                    position.fill_(s)
+                    capture.prepare_static(ids, position, flags)
+                with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
+                    for n in steps_of(max_new_tokens, progress):
+                        assert logits is not None
+                        if n and position is not None and temperature == 0:  # the step's graph wrote its greedy choice
+                            if return_step_logits:
+                                steps.append(logits)
+                        else:
+                            if n and flags is not None:  # a sampled token: the host reads these logits anyway
+                                self._check_captured_flags(flags)
+                            ids[:, s + n] = choose(logits)
+                        if n + 1 < max_new_tokens and position is not None:
+                            assert fields is not None and flags is not None and captured_steps is not None
+                            logits = self._captured_step(ids, position, flags, cache, mode, operators, fields, captured_steps)
+                        elif n + 1 < max_new_tokens:
+                            logits = self._step(ids[:, s + n, None], cache, mode, operators, "last", "sdpa", trusted=True,
+                                                fields=plain_fields)
+                if flags is not None:  # greedy: one sync for all the steps' flags
+                    self._check_captured_flags(flags)
+                if ids is not out_tokens:
+                    out_tokens[:, s:] = ids[:, s : s + max_new_tokens]
         step_logits = None
         if return_step_logits:
             v = self.config.input_vocab_size

@@ -481,3 +481,54 @@ def test_the_packed_fields_of_a_captured_step_are_all_marked_static(monkeypatch)
     want = C.tensors_in(fields)
     assert len(want) >= 2 + 2 * model.config.num_layers  # rope (cos, sin), each layer's products, the final one
     assert {id(x) for x in want} <= set(marked)
+
+
+def test_generations_on_reused_step_buffers_equal_fresh_ones(monkeypatch):
+    """On CUDA a captured generation reuses the previous one's in-place tensors (the CUDA graph
+    recorded their addresses). Played on the CPU: successive generations — other prompts and
+    lengths in one capacity bucket, padding, sampling, and one ended by an error — give what
+    fresh buffers give, on the same storage; without the lease's reset, what the error left in
+    them (non-finite keys, set flags) fails the next generation."""
+    from plga.errors import NonFiniteError
+
+    _, model = model_pair(PLDRConfig.from_name("tiny"), 9, dtype=torch.float32)
+    model.compile_decode = True
+    runs = [
+        (torch.tensor([[5, 9, 1, 30]]), 6, "kvg", {}),
+        (torch.tensor([[7, 2]]), 9, "kvg", {}),
+        (torch.tensor([[4, 8, 15]]), 5, "kv", {}),
+        (torch.tensor([[0, 0, 4, 8, 15]]), 7, "kvg", {}),  # left padding
+        (torch.tensor([[7, 2]]), 9, "kvg", {"temperature": 0.8, "seed": 3}),
+    ]
+    fresh = [model.generate(p, n, m, return_step_logits=True, **kw) for p, n, m, kw in runs]
+    short = (torch.tensor([[7, 2]]), 2, "kvg")  # one step, at position 2
+    short_tokens = model.generate(*short).tokens
+    monkeypatch.setattr(C, "reuses_buffers", lambda device: True)
+    pointers = set()
+    for (p, n, m, kw), want in zip(runs + runs, fresh + fresh, strict=True):
+        got = model.generate(p, n, m, return_step_logits=True, **kw)
+        assert torch.equal(got.tokens, want.tokens)
+        torch.testing.assert_close(got.step_logits, want.step_logits, rtol=0, atol=0)
+        (bufs,) = model._step_buffers._idle.values()
+        pointers.add(bufs.kv[0][0].data_ptr())
+    assert len(pointers) == 1  # one set of buffers served them all
+    greedy = fresh[0].tokens[0, 4]
+    saved = model.decoder.embedding.weight[greedy].clone()
+    with torch.no_grad():
+        model.decoder.embedding.weight[greedy].fill_(3e38)
+    with pytest.raises(NonFiniteError):  # leaves non-finite keys and set flags at positions 4-8
+        model.generate(*runs[0][:3])
+    with torch.no_grad():
+        model.decoder.embedding.weight[greedy] = saved
+    reset = C.StepBuffers.reset  # without it, the short generation meets what the error left
+    monkeypatch.setattr(C.StepBuffers, "reset", lambda self: self.position.zero_())  # negative control
+    with pytest.raises(NonFiniteError):
+        model.generate(*short)
+    monkeypatch.setattr(C.StepBuffers, "reset", reset)
+    with torch.no_grad():  # the error again, then the real reset
+        model.decoder.embedding.weight[greedy].fill_(3e38)
+    with pytest.raises(NonFiniteError):
+        model.generate(*runs[0][:3])
+    with torch.no_grad():
+        model.decoder.embedding.weight[greedy] = saved
+    assert torch.equal(model.generate(*short).tokens, short_tokens)
