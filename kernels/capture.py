@@ -17,8 +17,11 @@ the caches cold after the step: together 8 % of a ``small`` step):
 - CPU: ``torch.compile`` (Inductor, ``fullgraph=True``, :data:`CPU_OPTIONS`): no Python between operations; the
   one-row products are the row-layout GEMV fused into the graph (or the native kernel, an
   opaque call, for large bfloat16 weights: :data:`~plga.kernels.packed.NATIVE_ONE_ROW_MIN`).
-- CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph; the cache tensors are
-  marked static addresses, so their in-place update is part of the graph.
+- CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph. What it updates in
+  place (:class:`StepBuffers`) and the packed fields it reads are static addresses, so the
+  updates are part of the graph and nothing is copied before a replay; the model's
+  :class:`BufferPool` keeps the step buffers between generations, so a new generation replays
+  the recorded graph instead of recording another.
 
 Compilation happens once per (model, batch, cache capacity, mode, dtype, device) and is
 cached on disk by Inductor across processes; its cost and break-even are measured in
