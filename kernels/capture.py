@@ -198,11 +198,6 @@ def _entries(fn: Callable[..., Any]) -> list[Any] | None:
         return None
 
 
-def prepare_cache(cache: Any) -> None:
-    """On CUDA, mark the cache tensors as static addresses (updated in place inside the graph)."""
-    prepare_static(*(t for lc in cache.layers for t in (lc.k, lc.v)))
-
-
 @dataclasses.dataclass
 class StepBuffers:
     """What a captured generation's steps update in place: the KV cache tensors of every
@@ -213,6 +208,9 @@ class StepBuffers:
     ids: Tensor
     position: Tensor
     flags: Tensor
+
+    def __post_init__(self) -> None:  # static by construction (CUDA): the graph updates them in place
+        prepare_static(*(t for kv in self.kv for t in kv), self.ids, self.position, self.flags)
 
     def reset(self) -> None:
         """Zeros everywhere (a captured step reads the unwritten cache rows, masked: they must
@@ -295,6 +293,6 @@ def begin_step(device: torch.device) -> None:
 
 
 __all__ = [
-    "CPU_OPTIONS", "BufferPool", "CapturedSteps", "StepBuffers", "begin_step", "bucket", "compiled_step", "cuda_graph_skips", "entry_function", "prepare_cache",
-    "prepare_fields", "prepare_static", "reuses_buffers", "tensors_in", "warn_if_graph_skipped",
+    "CPU_OPTIONS", "BufferPool", "CapturedSteps", "StepBuffers", "begin_step", "bucket", "compiled_step", "cuda_graph_skips",
+    "entry_function", "prepare_fields", "prepare_static", "reuses_buffers", "tensors_in", "warn_if_graph_skipped",
 ]

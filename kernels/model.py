@@ -724,7 +724,6 @@ class PLDRModel(nn.Module):
         fields = self._packed_fields("sdpa", 0, cache.capacity, cache.layers[0].k.shape[0], real=True)
         if fields["rope"] is None:
             return None
-        capture.prepare_cache(cache)
         capture.prepare_fields(fields)
         return fields
 
@@ -896,7 +895,6 @@ class PLDRModel(nn.Module):
                     ids, position, flags = bufs.ids, bufs.position, bufs.flags
                     ids[:, :s] = tokens
                     position.fill_(s)
-                    capture.prepare_static(ids, position, flags)
                 with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
                     for n in steps_of(max_new_tokens, progress):
                         assert logits is not None

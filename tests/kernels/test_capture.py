@@ -467,8 +467,9 @@ def test_a_cuda_step_compiled_without_its_cuda_graph_is_reported(monkeypatch):
 
 def test_the_packed_fields_of_a_captured_step_are_all_marked_static(monkeypatch):
     """Every tensor of the fields a captured step reads (rotation tables, every layer's packed
-    weights, the final projection) goes to ``prepare_static``: on CUDA an unmarked input is
-    copied before each replay. The walker finds tensors at any depth and skips other leaves."""
+    weights, the final projection) and of its step buffers goes to ``prepare_static``: on CUDA
+    an unmarked input is copied before each replay, and an unmarked one updated in place keeps
+    the step out of its CUDA graph. The walker finds tensors at any depth and skips other leaves."""
     t = [torch.zeros(1) for _ in range(4)]
     assert [id(x) for x in C.tensors_in({"a": (t[0], 3, [t[1], {"b": t[2]}]), "c": None, "d": t[3]})] == [id(x) for x in t]
     marked: list[int] = []
@@ -481,6 +482,8 @@ def test_the_packed_fields_of_a_captured_step_are_all_marked_static(monkeypatch)
     want = C.tensors_in(fields)
     assert len(want) >= 2 + 2 * model.config.num_layers  # rope (cos, sin), each layer's products, the final one
     assert {id(x) for x in want} <= set(marked)
+    bufs = model._new_step_buffers(1, 64)  # what the steps update in place: static by construction
+    assert {id(x) for x in (*(t for kv in bufs.kv for t in kv), bufs.ids, bufs.position, bufs.flags)} <= set(marked)
 
 
 def test_generations_on_reused_step_buffers_equal_fresh_ones(monkeypatch):
