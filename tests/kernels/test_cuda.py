@@ -211,7 +211,8 @@ def test_low_precision_model_within_policy(cuda_device):
 @pytest.mark.parametrize("mode", ["kv", "kvg"])
 def test_captured_generation_on_device(cuda_device, mode):
     """Captured steps on CUDA (a CUDA graph per step shape): the reference's tokens and logits in
-    float64, the uncaptured steps' tokens in float32, batch 3 with left padding."""
+    float64, the uncaptured steps' tokens in float32, batch 3 with left padding. A second
+    prompt of the same shape replays on the same leased buffers (static addresses, reset)."""
     config = PLDRConfig.from_name("tiny")
     params = random_params(config, 9)
     tokens = _padded_tokens(config.input_vocab_size)
@@ -225,3 +226,7 @@ def test_captured_generation_on_device(cuda_device, mode):
         if dtype == torch.float64:
             np.testing.assert_array_equal(got.tokens.cpu().numpy(), want.tokens)
             assert_rel_close(got.step_logits, want.step_logits, name=mode)
+        other = torch.as_tensor(np.roll(tokens, 1, axis=0), device=cuda_device)  # same shape: the same buffers
+        again = model.generate(other, 6, mode)
+        model.compile_decode = False
+        assert torch.equal(again.tokens.cpu(), model.generate(other, 6, mode).tokens.cpu())
