@@ -18,7 +18,8 @@ the caches cold after the step: together 8 % of a ``small`` step):
   one-row products are the row-layout GEMV fused into the graph (or the native kernel, an
   opaque call, for large bfloat16 weights: :data:`~plga.kernels.packed.NATIVE_ONE_ROW_MIN`).
 - CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph. What it updates in
-  place (:class:`StepBuffers`) and the packed fields it reads are static addresses, so the
+  place (:class:`StepBuffers`), the packed fields it reads, and what the prompt pass sets for
+  it (held in the step buffers: :meth:`StepBuffers.hold`) are static addresses, so the
   updates are part of the graph and nothing is copied before a replay; the model's
   :class:`BufferPool` keeps the step buffers between generations, so a new generation replays
   the recorded graph instead of recording another.
@@ -202,15 +203,28 @@ def _entries(fn: Callable[..., Any]) -> list[Any] | None:
 class StepBuffers:
     """What a captured generation's steps update in place: the KV cache tensors of every
     layer (k, v [B, H, C, d] each), the token buffer ids [B, C + 1], the position [1] and the
-    non-finite flags [B, C + 1]."""
+    non-finite flags [B, C + 1]; and what they only read but a generation sets (the prompt's
+    cached operators, the constant ones, the padding keys), held by :meth:`hold`."""
 
     kv: list[tuple[Tensor, Tensor]]
     ids: Tensor
     position: Tensor
     flags: Tensor
+    held: dict[str, Tensor] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:  # static by construction (CUDA): the graph updates them in place
         prepare_static(*(t for kv in self.kv for t in kv), self.ids, self.position, self.flags)
+
+    def hold(self, name: str, t: Tensor) -> Tensor:
+        """``t``'s values in this set's static tensor ``name`` (contiguous), reused by every
+        generation whose ``t`` has the same shape and dtype: one copy per generation, where an
+        input the CUDA graph does not know as static is copied before every replay, and a new
+        static address re-records the graph."""
+        have = self.held.get(name)
+        if have is None or have.shape != t.shape or have.dtype != t.dtype:
+            have = self.held[name] = torch.empty(t.shape, dtype=t.dtype, device=t.device)
+            prepare_static(have)
+        return have.copy_(t)
 
     def reset(self) -> None:
         """Zeros everywhere (a captured step reads the unwritten cache rows, masked: they must

@@ -727,6 +727,22 @@ class PLDRModel(nn.Module):
         capture.prepare_fields(fields)
         return fields
 
+    @staticmethod
+    def _hold_step_inputs(
+        bufs: capture.StepBuffers, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
+    ) -> list[Tensor] | None:
+        """What a captured generation's steps read but its prompt pass or its caller set — every
+        layer's cached operator (kv: A; kvg: G_LM), the padding keys, the constant operators —
+        moved into ``bufs``' static tensors (:meth:`.capture.StepBuffers.hold`); returns the
+        operators the steps use."""
+        name = {"kv": "A", "kvg": "G_LM"}.get(mode)
+        for i, lc in enumerate(cache.layers):
+            if name is not None:
+                setattr(lc, name, bufs.hold(f"{name}{i}", getattr(lc, name)))
+        if cache.key_padding is not None:
+            cache.key_padding = bufs.hold("key_padding", cache.key_padding)
+        return None if operators is None else [bufs.hold(f"operator{i}", g) for i, g in enumerate(operators)]
+
     def _captured_step(
         self, ids: Tensor, position: Tensor, flags: Tensor, cache: DecodeCache, mode: str, operators: list[Tensor] | None,
         fields: dict[str, Any], steps: capture.CapturedSteps,
@@ -895,6 +911,7 @@ class PLDRModel(nn.Module):
                     ids, position, flags = bufs.ids, bufs.position, bufs.flags
                     ids[:, :s] = tokens
                     position.fill_(s)
+                    operators = self._hold_step_inputs(bufs, cache, mode, operators)
                 with capture.CapturedSteps(self.device) if fields is not None else contextlib.nullcontext() as captured_steps:
                     for n in steps_of(max_new_tokens, progress):
                         assert logits is not None

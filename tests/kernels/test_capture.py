@@ -486,11 +486,57 @@ def test_the_packed_fields_of_a_captured_step_are_all_marked_static(monkeypatch)
     assert {id(x) for x in (*(t for kv in bufs.kv for t in kv), bufs.ids, bufs.position, bufs.flags)} <= set(marked)
 
 
+def _captured_step_inputs(monkeypatch, model: PLDRModel, mode: str, G=None) -> list[tuple[tuple[int, ...], bool]]:
+    """(shape, static) of every tensor input of the captured step, compiled afresh for
+    :data:`BATCH` (padded) with ``prepare_static`` marking on the CPU as it does on CUDA: what
+    Inductor hands its CUDA-graph wrapper, which copies each non-static input before a replay."""
+    import torch._inductor.compile_fx as fx
+    import torch._inductor.config
+
+    seen: list[tuple[tuple[int, ...], bool]] = []
+    inner = fx._compile_fx_inner
+
+    def spy(gm, example_inputs, **kw):
+        static = set(kw.get("static_input_idxs", ()))
+        seen.extend((tuple(x.shape), i in static) for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor))
+        return inner(gm, example_inputs, **kw)
+
+    monkeypatch.setattr(fx, "_compile_fx_inner", spy)
+    monkeypatch.setattr(C, "prepare_static", lambda *ts: [torch._dynamo.mark_static_address(t, guard=False) for t in ts])
+    torch._dynamo.reset()
+    try:
+        with torch._inductor.config.patch(force_disable_caches=True):  # a cache hit skips the spy
+            _generate(model, BATCH, mode, captured=True, G=G)
+    finally:
+        torch._dynamo.reset()
+    assert seen, "the step was not compiled"
+    return seen
+
+
+@pytest.mark.parametrize("mode", ["kv", "kvg", "collapsed"])
+def test_every_input_of_a_captured_step_is_static(monkeypatch, mode):
+    """Nothing is copied before a replay: every tensor the compiled step reads — parameters,
+    packed fields, the step buffers, and what the prompt pass sets (each layer's cached A or
+    G_LM, the padding keys) or the caller gives (constant operators), held in the leased
+    buffers — is a static input. The control: without the holding, the prompt pass's tensors
+    arrive as ordinary inputs (on CUDA, a copy of each before every step)."""
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 21, dtype=torch.float32)
+    G = random_G(config, seed=5) if mode == "collapsed" else None
+    assert [shape for shape, static in _captured_step_inputs(monkeypatch, model, mode, G) if not static] == []
+    if mode == "kvg":
+        monkeypatch.setattr(PLDRModel, "_hold_step_inputs", staticmethod(lambda bufs, cache, mode, operators: operators))
+        loose = [shape for shape, static in _captured_step_inputs(monkeypatch, model, mode) if not static]
+        assert (BATCH.shape[0], model.config.num_heads, model.config.depth, model.config.depth) in loose  # G_LM
+        assert any(len(shape) == 2 and shape[0] == BATCH.shape[0] for shape in loose)  # the padding keys
+
+
 def test_generations_on_reused_step_buffers_equal_fresh_ones(monkeypatch):
     """On CUDA a captured generation reuses the previous one's in-place tensors (the CUDA graph
     recorded their addresses). Played on the CPU: successive generations — other prompts and
-    lengths in one capacity bucket, padding, sampling, and one ended by an error — give what
-    fresh buffers give, on the same storage; without the lease's reset, what the error left in
+    lengths in one capacity bucket, padding, sampling, constant operators that change between
+    generations (held anew), and one ended by an error — give what fresh buffers give, on the
+    same storage; without the lease's reset, what the error left in
     them (non-finite keys, set flags) fails the next generation."""
     from plga.errors import NonFiniteError
 
@@ -502,6 +548,8 @@ def test_generations_on_reused_step_buffers_equal_fresh_ones(monkeypatch):
         (torch.tensor([[4, 8, 15]]), 5, "kv", {}),
         (torch.tensor([[0, 0, 4, 8, 15]]), 7, "kvg", {}),  # left padding
         (torch.tensor([[7, 2]]), 9, "kvg", {"temperature": 0.8, "seed": 3}),
+        (torch.tensor([[3, 1, 4]]), 5, "collapsed", {"G": random_G(model.config, seed=1)}),
+        (torch.tensor([[3, 1, 4]]), 5, "collapsed", {"G": random_G(model.config, seed=2)}),  # held anew
     ]
     fresh = [model.generate(p, n, m, return_step_logits=True, **kw) for p, n, m, kw in runs]
     short = (torch.tensor([[7, 2]]), 2, "kvg")  # one step, at position 2
