@@ -29,6 +29,7 @@ _LAZY = {
     "parametrize_with_checks": "runner",
     "quick_summary": "runner",
     "ConformanceReport": "runner",
+    "ConformanceInterrupted": "runner",
     "CheckResult": "runner",
     "Adapter": "adapter",
     "CallableAdapter": "adapter",

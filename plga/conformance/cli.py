@@ -104,14 +104,17 @@ def run_from_args(args: argparse.Namespace) -> int:
         return run_self_test(profile=args.profile or "quick", seed=args.seed, check_timeout=args.check_timeout,
                              as_json=args.json, keyword=args.keyword, show_progress=not args.no_progress)
     from .adapter import resolve_impl
-    from .runner import check_kernel
+    from .runner import ConformanceInterrupted, check_kernel
 
     adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
-    report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
-                          expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
-                          seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
-                          show_progress=not args.no_progress)
-    if not report.results:
+    try:
+        report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
+                              expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
+                              seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
+                              show_progress=not args.no_progress)
+    except ConformanceInterrupted as stop:  # what finished is reported: a failure stays a FAIL
+        report = stop.report
+    if not report.results and not report.interrupted:
         raise UsageError("no check matches the selection (-k / --group)")
     if args.json:
         print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))

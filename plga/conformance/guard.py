@@ -76,14 +76,15 @@ _user_interrupt = threading.Event()
 
 
 def user_interrupted() -> bool:
-    """True once the user pressed Ctrl-C during a guarded run (a kernel's own
-    ``raise KeyboardInterrupt`` does not set it)."""
+    """True once the user pressed Ctrl-C (or the run got a SIGTERM) during a guarded run (a
+    kernel's own ``raise KeyboardInterrupt`` does not set it)."""
     return _user_interrupt.is_set()
 
 
 @contextlib.contextmanager
 def watch_user_interrupt() -> Iterator[None]:
-    """Record a real SIGINT (then raise KeyboardInterrupt as usual); main thread only."""
+    """Record a real SIGINT, or a SIGTERM (how ``timeout`` and job schedulers stop a run), and
+    raise KeyboardInterrupt for either; main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -93,11 +94,12 @@ def watch_user_interrupt() -> Iterator[None]:
         _user_interrupt.set()
         raise KeyboardInterrupt
 
-    old = signal.signal(signal.SIGINT, handler)
+    old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, old)
+        for sig, previous in old.items():
+            signal.signal(sig, previous)
 
 
 # --- copies ---------------------------------------------------------------------------------

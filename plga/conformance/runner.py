@@ -43,8 +43,9 @@ class CheckResult:
                 "seconds": round(self.seconds, 3), "cases": self.cases, "coverage": self.coverage, "message": self.message}
 
 
-#: Verdicts of a run and their exit status (docs/conformance.md).
-VERDICTS = {"PASS": 0, "FAIL": 1, "NOTHING VERIFIED": 1}
+#: Verdicts of a run and their exit status (docs/conformance.md). A run stopped before its end
+#: (Ctrl-C, SIGTERM) with no failure so far has none: ``INTERRUPTED``, the shell's status for it.
+VERDICTS = {"PASS": 0, "FAIL": 1, "NOTHING VERIFIED": 1, "INTERRUPTED": 130}
 
 
 @dataclasses.dataclass
@@ -57,13 +58,21 @@ class ConformanceReport:
     header: dict[str, str] = dataclasses.field(default_factory=dict)
     seed: int = profiles.DEFAULT_SEED
     seconds: float = 0.0
+    planned: int | None = None  # the checks selected, where the run stopped before them all
+
+    @property
+    def interrupted(self) -> bool:
+        return self.planned is not None
 
     @property
     def verdict(self) -> str:
-        """``PASS`` (checks ran, none failed), ``FAIL``, or ``NOTHING VERIFIED`` (no check ran:
-        every one skipped or expected to fail — not a pass)."""
+        """``PASS`` (checks ran, none failed), ``FAIL`` (a failure is final, even in a run stopped
+        early), ``INTERRUPTED`` (stopped before its end with no failure: no verdict), or
+        ``NOTHING VERIFIED`` (no check ran: every one skipped or expected to fail — not a pass)."""
         if self.failures:
             return "FAIL"
+        if self.interrupted:
+            return "INTERRUPTED"
         return "PASS" if any(r.status in ("passed", "xpassed") for r in self.results) else "NOTHING VERIFIED"
 
     @property
@@ -103,7 +112,11 @@ class ConformanceReport:
         c = self.counts()
         ran = ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no checks"
         what = {"PASS": "conforms", "FAIL": "does NOT conform",
+                "INTERRUPTED": "has no verdict: the run was stopped before its end",
                 "NOTHING VERIFIED": "nothing verified: no check ran (every check was skipped; declare capabilities)"}[self.verdict]
+        if self.interrupted:
+            done = f"{len(self.results)} of {self.planned} checks ran before the stop"
+            ran = f"{ran} — {done}" if self.results else done
         return (f"plga conformance: {self.verdict} — {self.implementation} {what} ({ran}; profile {self.profile}, "
                 f"seed {self.seed}, {self.seconds:.1f} s)")
 
@@ -135,12 +148,21 @@ class ConformanceReport:
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
-        return {"verdict": self.verdict, "exit_code": self.exit_code, "implementation": self.implementation,
+        return {"verdict": self.verdict, "exit_code": self.exit_code, "planned": self.planned, "implementation": self.implementation,
                 "profile": self.profile, "seed": self.seed, "seconds": round(self.seconds, 3), "header": self.header,
                 "counts": self.counts(), "coverage": self.coverage(), "results": [r.to_json() for r in self.results]}
 
     def __str__(self) -> str:
         return self.summary()
+
+
+class ConformanceInterrupted(KeyboardInterrupt):
+    """A :func:`check_kernel` run stopped by Ctrl-C or SIGTERM: ``report`` holds the checks that
+    finished (verdict ``FAIL`` if one failed, else ``INTERRUPTED``)."""
+
+    def __init__(self, report: ConformanceReport) -> None:
+        super().__init__(report.verdict_line())
+        self.report = report
 
 
 def _region_key(region: str) -> tuple[int, str]:
@@ -209,7 +231,8 @@ def check_kernel(
     ``VERSION:BLOB``; ``seed`` (default :data:`profiles.DEFAULT_SEED`) seeds every check;
     ``check_timeout`` seconds per check (default :data:`profiles.CHECK_TIMEOUT`; 0: none);
     ``exitfirst`` stops after the first failure; ``show_progress`` draws a progress bar on a
-    terminal (:mod:`plga.progress`).
+    terminal (:mod:`plga.progress`). Ctrl-C or SIGTERM stops the run with
+    :class:`ConformanceInterrupted`, whose ``report`` holds the checks that finished.
     """
     import os
 
@@ -220,6 +243,7 @@ def check_kernel(
     run_seed = profiles.DEFAULT_SEED if seed is None else int(seed)
     expected = dict(expected_failures or {})
     results = []
+    pairs: list[tuple[str, str]] = []
     old = os.environ.get("PLGA_REPRODUCE")
     if reproduce:
         os.environ["PLGA_REPRODUCE"] = reproduce
@@ -236,6 +260,12 @@ def check_kernel(
                 results.append(result)
                 if exitfirst and result.status == "failed":
                     break
+    except KeyboardInterrupt as exc:
+        if not user_interrupted():
+            raise
+        report = ConformanceReport(adapter.name, prof, results, _header(adapter), run_seed, time.perf_counter() - t_start,
+                                   len(pairs))
+        raise ConformanceInterrupted(report) from exc
     finally:
         if reproduce:
             if old is None:
@@ -247,8 +277,12 @@ def check_kernel(
         import warnings
 
         warnings.warn(f"expected_failures entries match no check: {unmatched}", stacklevel=2)
-    header = {**adapter.describe(), "PLGA_* settings": ", ".join(f"{k}={v}" for k, v in plga_environment().items()) or "(none)"}
-    return ConformanceReport(adapter.name, prof, results, header, run_seed, time.perf_counter() - t_start)
+    return ConformanceReport(adapter.name, prof, results, _header(adapter), run_seed, time.perf_counter() - t_start)
+
+
+def _header(adapter: Adapter) -> dict[str, str]:
+    """What the report's head says of the implementation and the run's PLGA_* settings."""
+    return {**adapter.describe(), "PLGA_* settings": ", ".join(f"{k}={v}" for k, v in plga_environment().items()) or "(none)"}
 
 
 def refuse_baseline(adapter: Adapter) -> None:
@@ -376,5 +410,5 @@ def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[
     return rows
 
 
-__all__ = ["VERDICTS", "CheckResult", "ConformanceReport", "check_kernel", "keyword_matcher", "parametrize_with_checks",
+__all__ = ["VERDICTS", "CheckResult", "ConformanceInterrupted", "ConformanceReport", "check_kernel", "keyword_matcher", "parametrize_with_checks",
            "quick_summary"]

@@ -3,6 +3,7 @@ folder, verdicts a kernel cannot forge, time limits, vectors, and the docs' numb
 
 import hashlib
 import json
+import re
 import subprocess
 import sys
 import textwrap
@@ -40,6 +41,11 @@ KERNELS = textwrap.dedent('''
 
     def interrupts(q, k, v, G, **kw):
         raise KeyboardInterrupt
+
+    def marks(q, k, v, G, **kw):  # slow, and leaves a file once it runs: a test then stops the run
+        open("RAN", "w").close()
+        time.sleep(0.05)
+        return good(q, k, v, G, **kw)
 
     def spins(q, k, v, G, **kw):
         while True:
@@ -133,6 +139,44 @@ def test_a_hanging_kernel_fails_within_the_limit(kernel_dir, impl):
     assert time.monotonic() - t0 < 60
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "attention_unmasked[float32]" in r.stdout and "time limit of 2 s" in r.stdout
+
+
+def test_a_run_stopped_by_sigterm_reports_what_finished_without_a_verdict(kernel_dir):
+    """``timeout`` and job schedulers stop a run with SIGTERM: the checks that finished are
+    reported, the verdict is INTERRUPTED (exit 130), never PASS."""
+    import os
+    import signal
+
+    proc = subprocess.Popen([PLGA, "conformance", "--impl", "mykern:marks", "-k", "attention and float32"],
+                            cwd=kernel_dir, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PLGA_NO_PROGRESS": "1"})
+    deadline = time.monotonic() + 120
+    while not (kernel_dir / "RAN").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(2.0)  # some checks finish (each case takes 0.05 s)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, out[-2000:] + err[-2000:]
+    first = out.splitlines()[0]
+    assert first.startswith("plga conformance: INTERRUPTED — mykern.marks has no verdict"), first
+    n, planned = map(int, re.search(r"(\d+) of (\d+) checks ran before the stop", first).groups())
+    assert n < planned
+    checks = [line for line in out.splitlines() if line.startswith("  ") and "[float32] (" in line]
+    assert len(checks) == n and all(line.split()[0] == "PASSED" for line in checks), out
+
+
+def test_a_stopped_run_keeps_a_failure_and_never_passes():
+    """The verdict of a run stopped early: FAIL if a check failed (final), else INTERRUPTED —
+    also when every check that ran passed or none ran."""
+    from plga.conformance.runner import VERDICTS, CheckResult, ConformanceReport
+
+    ok, bad = (CheckResult("attention_causal", "float32", "attention", s) for s in ("passed", "failed"))
+    assert ConformanceReport("k", "quick", [ok]).verdict == "PASS"  # the same results, not stopped
+    for results, verdict in (([ok], "INTERRUPTED"), ([], "INTERRUPTED"), ([ok, bad], "FAIL")):
+        report = ConformanceReport("k", "quick", results, planned=9)
+        assert report.verdict == verdict and report.exit_code == VERDICTS[verdict] and not report.passed
+        assert f"{len(results)} of 9 checks ran before the stop" in report.verdict_line()
+    assert VERDICTS["INTERRUPTED"] == 130
 
 
 def test_nothing_verified_is_not_a_pass(kernel_dir):
