@@ -13,7 +13,8 @@
 # shape of both configs; the cold compiles timed, not the cached ones.
 # Golden-vector tests read the shipped tests/data ($PLGA_SHARED_DATA overrides it).
 # STEP_TIMEOUT_S (default 0: none; 150 suits a 15-minute lease) caps each step before the
-# bench, so that one hung step cannot take the bench's time (the bench writes
+# bench, so that one hung step cannot take the bench's time (a conformance run stopped so
+# reports the checks that finished, verdict INTERRUPTED; the bench writes
 # OUTDIR/bench-cuda.json.partial as it goes and caps each case with --case-timeout-s).
 # OUTDIR receives seven files, logs and bench results; the CLI step's tokens, arrays and audit
 # go to a temporary folder.
