@@ -132,6 +132,8 @@ def measure_limits(
 
     dev = torch.device(device)
     out: dict[str, Any] = {"device": device, "matmul_n": matmul_n, "buffer_mib": buffer_mib, "runs": runs}
+    if dev.type == "cuda":  # the GPU's model: targets whose baseline was measured on one model name it
+        out["device_name"] = torch.cuda.get_device_name(dev)
     dtypes = list(dict.fromkeys(("float32", dtype, LOW_DTYPE)))
     gen = torch.Generator(device="cpu").manual_seed(0)
     for name in dtypes:

@@ -14,7 +14,7 @@ from typing import Any
 
 from .machine import WIDENED_VIA
 from .plan import CACHED_MODES, LOW_DTYPE
-from .rows import Row
+from .rows import Row, workload_key
 
 TARGET_STATUSES = ("met", "missed", "not measured")
 Measure = Callable[[list[Row]], float | None]
@@ -30,6 +30,7 @@ class Target:
     how: str  # how the measured value is obtained
     measure: Measure
     measured_by_command: str = ""  # the --cases kind whose command case it reads ("" : none)
+    premise: Callable[[dict[str, Any]], str] | None = None  # why the run's machine cannot measure it ("": it can)
 
 
 @dataclasses.dataclass
@@ -146,6 +147,44 @@ def captured_tokens_agree(rows: list[Row]) -> float | None:
     return sum(flags) / len(flags) if flags else None
 
 
+#: The decode-phase tokens/s of batch-1 paper-110m decoding on the plain fused path (float32) in
+#: the first run on an NVIDIA H200 (commit 6b3820e, benchmarks/results/bench-cuda-h200-paper-110m.json):
+#: the baselines of the CUDA decoding targets.
+H200_BASELINE_TOKENS_PER_S = {"kvg": 311.0, "collapsed": 518.0}
+
+
+def on_h200(limits: dict[str, Any]) -> str:
+    """The premise of a target whose baseline was measured on an H200: "" on one, else why not."""
+    name = limits.get("device_name") or limits.get("device") or "an unknown device"
+    if limits.get("device") == "cuda" and "H200" in name:
+        return ""
+    return f"its baseline was measured on an NVIDIA H200; this run: {name}"
+
+
+def on_cuda(limits: dict[str, Any]) -> str:
+    return "" if limits.get("device") == "cuda" else f"a CUDA target; this run: {limits.get('device') or 'an unknown device'}"
+
+
+def over_baseline(mode: str) -> Measure:
+    """The captured float32 row's decode-phase tokens/s (b1 paper-110m, ``mode``) ÷ the H200 baseline."""
+    read = field("decode_tokens_per_s", **_decode("paper-110m", mode, capture="compile"))
+
+    def measure(rows: list[Row]) -> float | None:
+        v = read(rows)
+        return None if v is None else v / H200_BASELINE_TOKENS_PER_S[mode]
+
+    return measure
+
+
+def slowest_low_precision_prefill_vs_eager(rows: list[Row]) -> float | None:
+    """The smallest speed-up of a low-precision fused prefill row over the float32 eager row of
+    its workload (every shape that has both)."""
+    eager = {workload_key(r): r for r in rows if r.ok and r.kind == "prefill" and r.impl == "eager" and r.dtype == "float32"}
+    vals = [eager[workload_key(r)].median_s / r.median_s for r in rows  # type: ignore[operator]
+            if r.ok and r.kind == "prefill" and r.impl == "fused" and r.dtype == LOW_DTYPE and workload_key(r) in eager]
+    return min(vals) if vals else None
+
+
 def accuracy(name: str) -> Measure:
     def measure(rows: list[Row]) -> float | None:
         r = next((r for r in rows if r.ok and r.kind == "accuracy"), None)
@@ -224,6 +263,14 @@ def _targets() -> tuple[Target, ...]:
                                   ratio("decode_tokens_per_s", _decode(cfg, mode, dtype=dt, **cap), _decode(cfg, mode, dtype=dt))))
                 out.append(Target(f"compile-break-even/{dt}/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {dt}: tokens until compiling pays off",
                                   "<=", 64.0, "tokens", "cold compile time ÷ (plain step − captured step)", compile_break_even(cfg, mode, dt)))
+    for mode in ("kvg", "collapsed"):
+        base = H200_BASELINE_TOKENS_PER_S[mode]
+        out.append(Target(f"cuda/decode/paper-110m/{mode}", f"decode b1 {mode} @ paper-110m on the H200, captured: ÷ {base:g} tok/s",
+                          ">=", 5.0, "×", f"decode-phase tokens/s of the float32 captured row ÷ {base:g} (the plain fused path's, "
+                          "first H200 run)", over_baseline(mode), premise=on_h200))
+    out.append(Target(f"cuda/{low}/prefill-vs-eager", f"prefill in {low} on CUDA: speed-up vs float32 eager (every shape)", ">=", 1.0,
+                      "×", f"min over {low} fused prefill rows of the float32 eager median ÷ the row's median",
+                      slowest_low_precision_prefill_vs_eager, premise=on_cuda))
     out.append(Target("reference/conformance-quick", "conformance quick profile wall time", "<=", 120.0, "s",
                       "one timed run of the command", command_seconds(), "conformance"))
     out.append(Target("audit/torch-vs-reference", "plga audit of the built-in model: torch backend speed ÷ reference", ">=", 1.0,
@@ -251,6 +298,10 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, lim
     say when a target's premise does not hold on this host)."""
     out = []
     for t in targets:
+        unfit = t.premise(limits or {}) if t.premise else ""
+        if unfit:  # this machine cannot measure it, whatever its rows say
+            out.append(judge(t, None, unfit))
+            continue
         why = ""
         if t.measure(rows) is None:
             why = getattr(t.measure, "why", lambda rows: "")(rows)
@@ -263,4 +314,4 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, lim
     return out
 
 
-__all__ = ["NO_LOW_PRECISION_ARITHMETIC", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge"]
+__all__ = ["H200_BASELINE_TOKENS_PER_S", "NO_LOW_PRECISION_ARITHMETIC", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge"]

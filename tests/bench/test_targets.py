@@ -104,3 +104,38 @@ def test_a_bf16_speed_target_missed_on_a_cpu_without_bf16_arithmetic_says_why():
     rows[0] = Row(id="fast", dtype="bfloat16", speedup_vs_fused=3.0, **big)
     met = {v.id: v for v in evaluate_targets(rows, limits=widened)}["bfloat16/prefill/paper-110m/b8s1024"]
     assert met.status == "met" and met.why == ""
+
+
+def test_the_cuda_targets_are_judged_only_where_their_baseline_holds():
+    """The CUDA decoding goals divide by the first H200 run's tokens/s: judged on an H200 only
+    (elsewhere: not measured, with why, whatever the rows say); bf16 prefill ≥ eager on any
+    CUDA device, over every shape with an eager row."""
+    from plga.bench.targets import H200_BASELINE_TOKENS_PER_S
+
+    paper = dict(config="paper-110m", seq=128)
+    pre = dict(kind="prefill", status="ok", config="paper-110m", batch=8, seq=1024)
+    rows = [
+        _decode("kvg", capture="compile", decode_tokens_per_s=4037.0, **paper),
+        _decode("collapsed", capture="compile", decode_tokens_per_s=2435.0, **paper),
+        _decode("collapsed", capture="compile", dtype="bfloat16", decode_tokens_per_s=9000.0, **paper),  # not the goal's row
+        Row(id="e", impl="eager", dtype="float32", median_s=0.0455, **pre),
+        Row(id="b", impl="fused", dtype="bfloat16", median_s=0.0211, **pre),
+        Row(id="b1", impl="fused", dtype="bfloat16", median_s=0.001, **pre | {"seq": 128}),  # no eager row: not counted
+    ]
+    h200 = {"device": "cuda", "device_name": "NVIDIA H200"}
+    by = {v.id: v for v in evaluate_targets(rows, limits=h200)}
+    kvg, col = by["cuda/decode/paper-110m/kvg"], by["cuda/decode/paper-110m/collapsed"]
+    assert kvg.status == "met" and kvg.measured == pytest.approx(4037 / H200_BASELINE_TOKENS_PER_S["kvg"])
+    assert col.status == "missed" and col.measured == pytest.approx(2435 / H200_BASELINE_TOKENS_PER_S["collapsed"])
+    low = by["cuda/bfloat16/prefill-vs-eager"]
+    assert low.status == "met" and low.measured == pytest.approx(0.0455 / 0.0211)
+    slow = [*rows, Row(id="e2", impl="eager", dtype="float32", median_s=0.004, **pre | {"batch": 1}),
+            Row(id="b2", impl="fused", dtype="bfloat16", median_s=0.005, **pre | {"batch": 1})]
+    assert {v.id: v for v in evaluate_targets(slow, limits=h200)}["cuda/bfloat16/prefill-vs-eager"].measured == pytest.approx(0.8)
+    for limits, decode_why in (({"device": "cpu"}, "this run: cpu"), ({"device": "cuda", "device_name": "NVIDIA A100"}, "NVIDIA A100"),
+                               (None, "an unknown device")):
+        by = {v.id: v for v in evaluate_targets(rows, limits=limits)}
+        for mode in ("kvg", "collapsed"):
+            v = by[f"cuda/decode/paper-110m/{mode}"]
+            assert v.status == "not measured" and v.measured is None and "H200" in v.why and decode_why in v.why
+        assert (by["cuda/bfloat16/prefill-vs-eager"].status == "met") == (limits is not None and limits["device"] == "cuda")
