@@ -268,7 +268,7 @@ def _targets() -> tuple[Target, ...]:
         out.append(Target(f"cuda/decode/paper-110m/{mode}", f"decode b1 {mode} @ paper-110m on the H200, captured: ÷ {base:g} tok/s",
                           ">=", 5.0, "×", f"decode-phase tokens/s of the float32 captured row ÷ {base:g} (the plain fused path's, "
                           "first H200 run)", over_baseline(mode), premise=on_h200))
-    out.append(Target(f"cuda/{low}/prefill-vs-eager", f"prefill in {low} on CUDA: speed-up vs float32 eager (every shape)", ">=", 1.0,
+    out.append(Target(f"cuda/{low}/prefill-vs-eager", f"prefill in {low} on CUDA: speed-up vs float32 eager (every shape timed in bf16)", ">=", 1.0,
                       "×", f"min over {low} fused prefill rows of the float32 eager median ÷ the row's median",
                       slowest_low_precision_prefill_vs_eager, premise=on_cuda))
     out.append(Target("reference/conformance-quick", "conformance quick profile wall time", "<=", 120.0, "s",
