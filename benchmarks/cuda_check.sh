@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# The CUDA checks of plga in one run: the CUDA tests, the conformance suite on the device, the
-# CLI on the device, and `plga bench --device "$dev"`. For a machine with a CUDA GPU and an
+# The CUDA checks of plga in one run: the CUDA tests, the conformance suite on the device (its
+# parts side by side: on an H200 the quick profile in one process outran a 120-s cap twice;
+# the same profile takes 38 s on a 2-core CPU), the CLI on the device, and
+# `plga bench --device "$dev"`. For a machine with a CUDA GPU and an
 # environment that already has torch (CUDA build), numpy, mpmath, pytest, hypothesis and
 # safetensors; plga is installed from this checkout without touching the network.
 #
@@ -45,14 +47,42 @@ step install
 step "CUDA tests"
 limit "$py" -m pytest -q -p no:cacheprovider -m cuda tests/kernels 2>&1 | tee "$out/cuda_tests.log" | tail -25 || status=1
 
-step "conformance on cuda (quick profile)"
-PLGA_DEVICE="$dev" limit "$py" -m plga.conformance --profile quick 2>&1 | tee "$out/conformance_cuda.log" | tail -25 || status=1
+# A conformance run in parts side by side, one process each (the GPU machine has cores to
+# spare; a part's own checks run in turn): every part's report goes to one log, in order, and
+# its verdict line to the screen. Each PART is one shell-quoted string of plga conformance
+# options. Stopped by the step's time cap, every part still reports the checks it finished
+# (verdict INTERRUPTED); the function waits for those reports.
+conformance_parts() {
+  local dev="$1" py="$2" tmp="$3"; shift 3
+  local i=0 rc=0 pids=() part parts=("$@")
+  trap 'echo "(time cap: the parts report what they finished)"' TERM
+  for part in "$@"; do
+    eval "set -- $part"
+    OMP_NUM_THREADS=2 PLGA_DEVICE="$dev" PLGA_NO_PROGRESS=1 "$py" -m plga.conformance --profile quick "$@" \
+      > "$tmp/part$i.log" 2>&1 &
+    pids+=($!); i=$((i + 1))
+  done
+  for i in "${!pids[@]}"; do wait "${pids[$i]}" || wait "${pids[$i]}" || rc=1; done
+  i=0
+  for part in "${parts[@]}"; do echo "--- plga conformance $part ---"; cat "$tmp/part$i.log"; echo; i=$((i + 1)); done
+  return $rc
+}
+export -f conformance_parts
 
-step "conformance on cuda, captured decoding steps (CUDA graphs; the float32 generation checks)"
+step "conformance on cuda (quick profile, its five groups side by side)"
+limit bash -c 'conformance_parts "$@"' _ "$dev" "$py" "$scratch" \
+  "--group attention" "--group structure" "--group chain" "--group decoder" "--group cache" \
+  > "$out/conformance_cuda.log" 2>&1 || status=1
+grep -E "^(--- plga conformance|plga conformance: [A-Z])" "$out/conformance_cuda.log" | uniq
+
+step "conformance on cuda, captured decoding steps (CUDA graphs; the float32 generation checks, side by side)"
 # every drawn model shape compiles a step: the whole cache group in three dtypes takes far longer
-PLGA_DEVICE="$dev" limit "$py" -m plga.conformance --profile quick --impl kernels-captured \
-  -k 'float32 and (cache_modes or collapsed_equals_kvg or gcache_invalidated)' 2>&1 \
-  | tee "$out/conformance_cuda_captured.log" | tail -15 || status=1
+limit bash -c 'conformance_parts "$@"' _ "$dev" "$py" "$scratch" \
+  "--impl kernels-captured -k 'cache_modes and float32'" \
+  "--impl kernels-captured -k 'collapsed_equals_kvg and float32'" \
+  "--impl kernels-captured -k 'gcache_invalidated and float32'" \
+  > "$out/conformance_cuda_captured.log" 2>&1 || status=1
+grep -E "^(--- plga conformance|plga conformance: [A-Z])" "$out/conformance_cuda_captured.log" | uniq
 
 step "CLI on cuda (golden checkpoint: torch on cuda against the float64 reference)"
 cli_on_device() {
