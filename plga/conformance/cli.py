@@ -104,22 +104,26 @@ def run_from_args(args: argparse.Namespace) -> int:
         return run_self_test(profile=args.profile or "quick", seed=args.seed, check_timeout=args.check_timeout,
                              as_json=args.json, keyword=args.keyword, show_progress=not args.no_progress)
     from .adapter import resolve_impl
+    from .guard import ignore_stop_signals, watch_user_interrupt
     from .runner import ConformanceInterrupted, check_kernel
 
     adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
-    try:
-        report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
-                              expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
-                              seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
-                              show_progress=not args.no_progress)
-    except ConformanceInterrupted as stop:  # what finished is reported: a failure stays a FAIL
-        report = stop.report
-    if not report.results and not report.interrupted:
-        raise UsageError("no check matches the selection (-k / --group)")
-    if args.json:
-        print(json.dumps(report.to_json(), indent=2, ensure_ascii=False))
-    else:
-        print(report.summary())
+    with watch_user_interrupt():  # a repeated stop signal waits for the report
+        try:
+            report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
+                                  expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
+                                  seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
+                                  show_progress=not args.no_progress)
+        except ConformanceInterrupted as stop:  # what finished is reported: a failure stays a FAIL
+            report = stop.report
+        if not report.results and not report.interrupted:
+            raise UsageError("no check matches the selection (-k / --group)")
+        if args.json:
+            print(json.dumps(report.to_json(), indent=2, ensure_ascii=False), flush=True)
+        else:
+            print(report.summary(), flush=True)
+    if report.interrupted:  # reported: the process exits now, with the verdict's status
+        ignore_stop_signals()
     return report.exit_code
 
 

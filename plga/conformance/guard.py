@@ -84,13 +84,18 @@ def user_interrupted() -> bool:
 @contextlib.contextmanager
 def watch_user_interrupt() -> Iterator[None]:
     """Record a real SIGINT, or a SIGTERM (how ``timeout`` and job schedulers stop a run), and
-    raise KeyboardInterrupt for either; main thread only."""
+    raise KeyboardInterrupt for the first; later ones are ignored while the run stops (``timeout``
+    signals the command and then its process group: a second SIGTERM would otherwise kill the
+    run before it reports what finished). Nested, an inner watch hands back to the outer one
+    (the CLI keeps one around the report). Main thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     _user_interrupt.clear()
 
     def handler(signum: int, frame: Any) -> None:
+        if _user_interrupt.is_set():  # already stopping
+            return
         _user_interrupt.set()
         raise KeyboardInterrupt
 
@@ -100,6 +105,15 @@ def watch_user_interrupt() -> Iterator[None]:
     finally:
         for sig, previous in old.items():
             signal.signal(sig, previous)
+
+
+def ignore_stop_signals() -> None:
+    """Ignore SIGINT and SIGTERM from now on (main thread only): for a command that was stopped
+    and has written its report, so that a repeated stop signal while it exits cannot turn its
+    exit status into a kill."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 # --- copies ---------------------------------------------------------------------------------
@@ -324,6 +338,6 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 __all__ = [
     "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
-    "escape_text", "foreign_failure", "owned_output", "time_limit",
+    "escape_text", "foreign_failure", "ignore_stop_signals", "owned_output", "time_limit",
     "user_interrupted", "watch_user_interrupt",
 ]

@@ -142,8 +142,8 @@ def test_a_hanging_kernel_fails_within_the_limit(kernel_dir, impl):
 
 
 def test_a_run_stopped_by_sigterm_reports_what_finished_without_a_verdict(kernel_dir):
-    """``timeout`` and job schedulers stop a run with SIGTERM: the checks that finished are
-    reported, the verdict is INTERRUPTED (exit 130), never PASS."""
+    """``timeout`` and job schedulers stop a run with SIGTERM, often twice: the checks that
+    finished are reported, the verdict is INTERRUPTED (exit 130), never PASS."""
     import os
     import signal
 
@@ -155,6 +155,10 @@ def test_a_run_stopped_by_sigterm_reports_what_finished_without_a_verdict(kernel
         time.sleep(0.05)
     time.sleep(2.0)  # some checks finish (each case takes 0.05 s)
     proc.send_signal(signal.SIGTERM)
+    time.sleep(0.001)
+    proc.send_signal(signal.SIGTERM)  # as `timeout` does (the command, then its process group): ignored
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)  # while it reports or exits: ignored too
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 130, out[-2000:] + err[-2000:]
     first = out.splitlines()[0]
@@ -163,6 +167,33 @@ def test_a_run_stopped_by_sigterm_reports_what_finished_without_a_verdict(kernel
     assert n < planned
     checks = [line for line in out.splitlines() if line.startswith("  ") and "[float32] (" in line]
     assert len(checks) == n and all(line.split()[0] == "PASSED" for line in checks), out
+
+
+def test_a_repeated_stop_signal_is_ignored_while_the_run_stops():
+    """The first SIGTERM stops the run (KeyboardInterrupt); one more while it stops and reports
+    is ignored, where it would have raised again mid-report (or, after the watch, killed the
+    process); the handlers are restored after the watch, and a stopped command ignores them
+    while it exits."""
+    import os
+    import signal
+
+    from plga.conformance.guard import ignore_stop_signals, user_interrupted, watch_user_interrupt
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with watch_user_interrupt():
+            with pytest.raises(KeyboardInterrupt):
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            assert user_interrupted()
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at once, on this thread: ignored
+            time.sleep(0.01)
+        assert {sig: signal.getsignal(sig) for sig in before} == before
+        ignore_stop_signals()
+        assert all(signal.getsignal(sig) == signal.SIG_IGN for sig in before)
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
 
 
 def test_a_stopped_run_keeps_a_failure_and_never_passes():
