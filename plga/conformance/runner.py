@@ -251,6 +251,9 @@ def check_kernel(
         with watch_user_interrupt():
             pairs = _select(adapter, checks, groups, dtypes, keyword)
             for name, dtype in progress(pairs, "plga conformance", show=show_progress):
+                if user_interrupted():  # a stop whose KeyboardInterrupt was swallowed (a gc callback, a kernel)
+                    raise KeyboardInterrupt
+
                 def stuck(message: str) -> None:
                     print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message} "
                           f"(profile {prof}, seed {run_seed})")

@@ -196,6 +196,36 @@ def test_a_repeated_stop_signal_is_ignored_while_the_run_stops():
             signal.signal(sig, handler)
 
 
+def test_a_stop_whose_interrupt_was_swallowed_still_stops_the_run():
+    """The KeyboardInterrupt of a SIGTERM can land where it is swallowed (a gc callback, a kernel
+    that catches it) and later signals are ignored: the run stops before its next check, with
+    the checks that finished, and never returns a verdict as if nothing were asked."""
+    import os
+    import signal
+
+    import plga.kernels as K
+    from plga.conformance import check_kernel
+    from plga.conformance.runner import ConformanceInterrupted
+
+    calls = [0]
+
+    def swallows_the_stop(q, k, v, G, *, causal=False, key_padding_mask=None, scale=None):
+        calls[0] += 1
+        if calls[0] == 3:
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except KeyboardInterrupt:
+                pass
+        return K.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+
+    with pytest.raises(ConformanceInterrupted) as stop:
+        check_kernel(swallows_the_stop, keyword="attention and float32", profile="quick")
+    report = stop.value.report
+    assert report.verdict == "INTERRUPTED" and report.exit_code == 130
+    assert len(report.results) == 1 < report.planned  # the check that swallowed it finished; none after
+
+
 def test_a_stopped_run_keeps_a_failure_and_never_passes():
     """The verdict of a run stopped early: FAIL if a check failed (final), else INTERRUPTED —
     also when every check that ran passed or none ran."""
