@@ -86,7 +86,25 @@ DEFAULT_IMPL = "default"
 
 
 class SkipCheck(Exception):
-    """Raised by a check that does not apply to the implementation (the reason is the message)."""
+    """Raised by a check that does not apply to the implementation (the reason is the message).
+
+    Only the suite's own skips count (:func:`skip_check`): a ``SkipCheck`` raised by an
+    implementation's code fails the check wherever it surfaces — inside an operation, in its
+    autograd backward, or injected from one of its threads."""
+
+
+class _SuiteSkip(SkipCheck):
+    """The suite's own :class:`SkipCheck`, made only by :func:`skip_check`."""
+
+
+def skip_check(reason: str) -> SkipCheck:
+    """The :class:`SkipCheck` the suite raises when a check does not apply (``reason``)."""
+    return _SuiteSkip(reason)
+
+
+def is_suite_skip(exc: BaseException) -> bool:
+    """Whether ``exc`` is a skip the suite made (:func:`skip_check`), not one an implementation raised."""
+    return type(exc) is _SuiteSkip
 
 
 class NotProvided(NotImplementedError):
@@ -150,7 +168,7 @@ class Adapter:
         for cap in needed:
             if not self.provides(cap):
                 meaning = CAPABILITIES.get(cap, f"computation in {cap}" if cap in DTYPES else cap)
-                raise SkipCheck(f"{self.name} does not declare capability {cap!r} ({meaning})")
+                raise skip_check(f"{self.name} does not declare capability {cap!r} ({meaning})")
 
     def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False,
                   key_padding_mask: Any = None, scale: float | None = None, finite_mask: bool = False) -> Any:
@@ -442,6 +460,6 @@ def available_dtypes(adapter: Adapter, wanted: Iterable[str] = DTYPES) -> list[s
 
 __all__ = [
     "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "Declared", "ForwardOutput",
-    "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "available_dtypes",
-    "plga_environment", "resolve_impl",
+    "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "available_dtypes", "is_suite_skip",
+    "plga_environment", "resolve_impl", "skip_check",
 ]

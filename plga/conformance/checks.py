@@ -32,8 +32,8 @@ from ..datafiles import GOLDEN_CHECKPOINT, TRAINED_G_LM, missing_reason
 from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
-from .adapter import Adapter, SkipCheck, time_scale_of
-from .guard import Held, call_operation, time_limit
+from .adapter import Adapter, SkipCheck, is_suite_skip, skip_check, time_scale_of
+from .guard import Held, KernelCrash, call_operation, guarded, time_limit
 from .profiles import GROUPS
 from .tolerance import (
     UNIT_ROUNDOFF,
@@ -156,7 +156,7 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     import torch
 
     if ctx.device.startswith("cuda") and not torch.cuda.is_available():
-        raise SkipCheck(f"{adapter.name} runs on {ctx.device} but no CUDA device is available")
+        raise skip_check(f"{adapter.name} runs on {ctx.device} but no CUDA device is available")
     # The suite's tensors are small: one intra-op thread is fastest and immune to the OpenMP
     # spin-wait stalls of an oversubscribed machine. $PLGA_NUM_THREADS overrides; restored after.
     old = torch.get_num_threads()
@@ -165,6 +165,11 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     try:
         with time_limit(limit, f"check {ctx.check_id}", on_stuck):
             check.fn(ctx)
+    except SkipCheck as exc:
+        if not is_suite_skip(exc):  # from the implementation's code outside an operation's guard
+            raise KernelCrash(f"the implementation raised SkipCheck({str(exc)!r}) outside an operation (its autograd backward, "
+                              "a thread): only the suite decides that a check does not apply") from None
+        raise
     finally:
         torch.set_num_threads(old)
     return ctx
@@ -208,7 +213,22 @@ def _assume(condition: bool) -> None:
         raise UnsatisfiedAssumption()
 
 
+def _within_declared(ctx: Context, case: Any) -> Any:
+    """``case`` without the masks the implementation does not declare: a check that does not
+    require ``causal`` or ``key_padding_mask`` (the structure checks, trained G) draws them only
+    for an implementation that declares them — one without is judged unmasked, not failed for
+    refusing a mask it never offered."""
+    if not isinstance(case, sh.AttentionCase):
+        return case
+    causal = case.causal and ctx.adapter.provides("causal")
+    padding = case.padding if ctx.adapter.provides("key_padding_mask") else "none"
+    if (causal, padding) == (case.causal, case.padding):
+        return case
+    return dataclasses.replace(case, causal=causal, padding=padding)  # the same seeded values, regenerated
+
+
 def _run_case(ctx: Context, body: Callable[[Any], None], case: Any) -> None:
+    case = _within_declared(ctx, case)
     body(case)
     regions = case.regions() if hasattr(case, "regions") else getattr(case, "covered", None)
     if regions:
@@ -266,11 +286,18 @@ def _max_scaled_score(t: dict[str, Any], causal: bool, scale: float | None) -> t
 
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None) -> float:
     """Magnitude of the terms entering attention out, in units of the inputs' dtype:
-    max|v| · (1 + r · max|allowed scaled score|).
+    max over outputs of Σⱼ Pⱼ |vⱼ| · (1 + r · max|allowed scaled score|).
+
+    Σⱼ Pⱼ |vⱼ| is |P||V|, the γ·|A||B| scale of the product out = P V (P the exact softmax
+    weights over the allowed keys): max|v| where P is peaked, the mean |v| where it is spread
+    over a long context — where max|v| would let a floor of a few of its ulp exceed the output
+    itself (bfloat16 at 1100 keys: 0.13 against outputs of ~0.16, so an output halved passed).
+    A row with no allowed key (its finite-mask value averages every key) counts max|v| of its
+    keys. ``values`` replaces |v| (e.g. with masked values zeroed).
 
     The score factor is the softmax's own error scale: P = exp(s − lse) recomputed from a saved
     log-sum-exp (FA-2, two-pass kernels) carries a relative error ≈ u·|s|, since lse is rounded
-    at the scores' magnitude; out = Σ P v inherits it times max|v|. The u there is that of the
+    at the scores' magnitude; out = Σ P v inherits it times Σ P |v|. The u there is that of the
     precision scores and lse are kept in — float32 or wider in a sound kernel, whatever its
     inputs (bfloat16 and float16 kernels accumulate in float32) — so r = u(score precision) /
     u(inputs): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for float16. Kernels that
@@ -278,8 +305,23 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     """
     dtype = dtype_name(t["q"])
     r = min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
-    v = np.abs(oracle.to_np(t["v"]) if values is None else values)
-    return (float(v.max()) if v.size else 0.0) * (1.0 + r * _max_scaled_score(t, causal, scale)[1])
+    v = np.abs(oracle.to_np(t["v"]) if values is None else values)  # [B, H, T, dv]
+    if not v.size:
+        return 0.0
+    q, k = oracle.to_np(t["q"]), oracle.to_np(t["k"])
+    d = q.shape[-1]
+    g = np.eye(d) if t["G"] is None else oracle.to_np(t["G"])
+    x = ((q @ g) @ np.swapaxes(k, -1, -2)) * (1 / math.sqrt(d) if scale is None else scale)  # [B, H, S, T]
+    allowed = oracle.support_np(q.shape[0], q.shape[2], k.shape[2], causal=causal, key_padding_mask=t["key_padding_mask"])
+    allowed = np.ones(x.shape, dtype=bool) if allowed is None else np.broadcast_to(allowed, x.shape)
+    x = np.where(allowed, x, -np.inf)
+    top = x.max(axis=-1, keepdims=True)  # [B, H, S, 1]; −inf on a row with no allowed key
+    empty = ~np.isfinite(top)
+    w = np.where(allowed, np.exp(x - np.where(empty, 0.0, top)), 0.0)
+    w = w / np.where(empty, 1.0, w.sum(axis=-1, keepdims=True))  # P [B, H, S, T]
+    weighted = w @ v  # Σⱼ Pⱼ |vⱼ| [B, H, S, dv]
+    weighted = np.where(empty, v.max(axis=(-2, -1), keepdims=True), weighted)
+    return float(weighted.max()) * (1.0 + r * _max_scaled_score(t, causal, scale)[1])
 
 
 def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, finite_mask: bool = False) -> None:
@@ -313,8 +355,22 @@ def check_attention_causal(ctx: Context) -> None:
 
 @register("attention_padding", "attention", requires=("attention", "key_padding_mask"))
 def check_attention_padding(ctx: Context) -> None:
-    """Key padding (right, left, scattered, fully padded rows; with and without causal) is excluded exactly."""
-    _attention_check(ctx, what="attention (key padding)", causal=None, paddings=("right", "left", "random", "full_rows"))
+    """Key padding (right, left, scattered, fully padded rows; with and without causal) is excluded exactly.
+
+    Causal left padding is the decoder's: the first queries of batch row 0 see only padding keys
+    and their rows are zeros (the ideal mask), while its later queries and the other batch rows
+    keep keys — a kernel that zeroes only fully padded batch rows leaves NaN or a mean there."""
+
+    def body(c: sh.AttentionCase) -> None:
+        if c.causal and c.padding == "left" and c.s > 1:
+            assert c.pad is not None
+            n = int(np.random.default_rng(c.seed + 11).integers(c.t - c.s + 1, c.t))  # T−S+1 … T−1 padded keys
+            c.pad[0] = np.arange(c.t) < n  # query 0 (position T−S) sees only padding; the last query a real key
+        _attention_case_check(ctx, c, what="attention (key padding)")
+
+    paddings = ("right", "left", "random", "full_rows")
+    run_property(ctx, sh.attention_cases(causal=None, padding=paddings), body,
+                 boundary=sh.boundary_attention_cases(causal=None, paddings=paddings, seed=ctx.seed))
 
 
 @register("attention_finite_mask", "attention", requires=("attention", "finite_mask", "causal", "key_padding_mask"))
@@ -374,7 +430,7 @@ def check_attention_mask_dominance(ctx: Context) -> None:
 def check_attention_trained_g(ctx: Context) -> None:
     """The real trained G_LM of PLDR-LLM-v51-110M-1 (ill-conditioned ~1e10) at d = 64, 14 heads."""
     if oracle.trained_g_lm() is None:
-        raise SkipCheck(missing_reason(TRAINED_G_LM))
+        raise skip_check(missing_reason(TRAINED_G_LM))
     paper = [sh.AttentionCase(1, 14, 5, 70, 64, 64, "trained", False, True, "right", None, ctx.seed, label="boundary: paper shape"),
              sh.AttentionCase(2, 3, 1, 9, 64, 48, "trained", True, False, "none", None, ctx.seed + 1, label="boundary: S=1")]
     run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right"), families=("trained",), dims=(64,), max_len=9),
@@ -429,14 +485,18 @@ def check_attention_backward(ctx: Context) -> None:
 
         names = ("q", "k", "v") if t["G"] is None else ("q", "k", "v", "G")  # G = None has no gradient
 
-        def grads(fn: Callable[..., Any], dtype: Any, **extra: Any) -> list[Any]:
+        def grads(fn: Callable[..., Any], dtype: Any, foreign: bool = False, **extra: Any) -> list[Any]:
             leaves = [t[n].detach().to(dtype).requires_grad_(True) for n in names]
             out = fn(*leaves[:3], leaves[3] if len(leaves) == 4 else None, **kw, **extra)
-            (out * w.to(dtype)).sum().backward()
+            loss = (out * w.to(dtype)).sum()
+            if foreign:  # the implementation's autograd backward runs here: guarded like an operation
+                guarded("attention backward", loss.backward)
+            else:
+                loss.backward()
             return [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
 
         truth = grads(eg.plga_attention, torch.float64)
-        kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype)
+        kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype, foreign=True)
         base = [grads(eg.plga_attention, t["q"].dtype, order=o) for o in eg.ATTENTION_ORDERS]
         mags = [m * (1.0 + smax_allowed) for m in _abs_backward_magnitudes(t, w, kw)]
         for i, name in enumerate(("dq", "dk", "dv", "dG")[: len(names)]):
@@ -597,26 +657,72 @@ def _strided(x: Any, order: Sequence[int]) -> Any:
     return x
 
 
+def _embedded(x: Any) -> Any:
+    """``x``'s values as a view into a larger buffer, as a slice of a fused QKV product or one
+    layer of a stacked G is: a block of ``x``'s size before it (a storage offset) and 3 more
+    elements after each innermost row (a gap). The memory around the view holds NaN (True in a
+    bool mask), so a kernel that ignores the offset or reads past a row reads it."""
+    import torch
+
+    fill = True if x.dtype == torch.bool else float("nan")
+    buffer = torch.full((2, *x.shape[:-1], x.shape[-1] + 3), fill, dtype=x.dtype, device=x.device)
+    view = buffer[1, ..., : x.shape[-1]]
+    view.copy_(x)
+    return view
+
+
 @register("strided_inputs", "structure", requires=("attention",))
 def check_strided_inputs(ctx: Context) -> None:
-    """Non-contiguous q, k, v, G and padding mask (permuted views, same values) give the contiguous result."""
+    """Non-contiguous q, k, v, G and padding mask give the contiguous result: permuted views (same
+    values) and views into larger buffers (a storage offset, gaps between rows)."""
 
     def body(c: sh.AttentionCase) -> None:
         t = c.tensors(ctx.dtype, ctx.device)
         kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
         _assume(_max_scaled_score(t, c.causal, c.scale)[0] <= sh.MAX_ABS_SCORE)
-        views: dict[str, Any] = {n: None if x is None else _strided(x, STRIDED_LAYOUTS[n][x.ndim]) for n, x in t.items()}
-        _assume(all(not views[n].is_contiguous() for n in ("q", "k", "v")))  # all-but-one dims of size 1: no such view
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and c.small, **kw)
-        out = _call(ctx, "attention", views["q"], views["k"], views["v"], views["G"], causal=c.causal,
-                    key_padding_mask=views["key_padding_mask"], scale=c.scale)
-        layout = ", ".join(f"{n} strides {tuple(x.stride())}" for n, x in views.items() if x is not None)
-        assert_conforms(out, _baselines(t, **kw), truth, dtype=ctx.dtype, k=k_for(ctx.name), what="attention (non-contiguous inputs)",
-                        note=f"{c.describe()}\n  inputs passed as non-contiguous views: {layout}",
-                        magnitude=attention_magnitude(t, c.causal, c.scale))
+        layouts: dict[str, dict[str, Any]] = {}
+        permuted = {n: None if x is None else _strided(x, STRIDED_LAYOUTS[n][x.ndim]) for n, x in t.items()}
+        if all(not permuted[n].is_contiguous() for n in ("q", "k", "v")):  # all-but-one dims of size 1: no such view
+            layouts["permuted views"] = permuted
+        layouts["views into larger buffers"] = {n: None if x is None else _embedded(x) for n, x in t.items()}
+        for how, views in layouts.items():
+            out = _call(ctx, "attention", views["q"], views["k"], views["v"], views["G"], causal=c.causal,
+                        key_padding_mask=views["key_padding_mask"], scale=c.scale)
+            layout = ", ".join(f"{n} strides {tuple(x.stride())} offset {x.storage_offset()}" for n, x in views.items()
+                               if x is not None)
+            assert_conforms(out, _baselines(t, **kw), truth, dtype=ctx.dtype, k=k_for(ctx.name),
+                            what=f"attention (non-contiguous inputs: {how})",
+                            note=f"{c.describe()}\n  inputs passed as {how}: {layout}",
+                            magnitude=attention_magnitude(t, c.causal, c.scale))
 
     paddings = ("none", "right", "random", "full_rows")
     run_property(ctx, sh.attention_cases(causal=None, padding=paddings[:3], min_heads=2), body,
+                 boundary=sh.boundary_attention_cases(causal=None, paddings=paddings, seed=ctx.seed))
+
+
+#: Intra-op thread counts of :func:`check_thread_counts`, besides the one thread every other
+#: check runs with ($PLGA_NUM_THREADS).
+THREAD_COUNTS = (2, 4)
+
+
+@register("thread_counts", "structure", requires=("attention",))
+def check_thread_counts(ctx: Context) -> None:
+    """Attention at 2 and 4 intra-op threads conforms as at one: a kernel that splits its work per
+    thread (key splits, query or head blocks, as CPU kernels do) is judged with several splits."""
+    import torch
+
+    def body(c: sh.AttentionCase) -> None:
+        before = torch.get_num_threads()
+        try:
+            for n in THREAD_COUNTS:
+                torch.set_num_threads(n)
+                _attention_case_check(ctx, c, what=f"attention at {n} intra-op threads")
+        finally:
+            torch.set_num_threads(before)
+
+    paddings = ("none", "right", "left", "random")
+    run_property(ctx, sh.attention_cases(causal=None, padding=paddings), body, factor=0.5,
                  boundary=sh.boundary_attention_cases(causal=None, paddings=paddings, seed=ctx.seed))
 
 
@@ -695,9 +801,10 @@ class DecoderCase:
 def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False) -> list[DecoderCase]:
     """One explicit case per boundary configuration, then :data:`~.strategies.BOUNDARY_DECODER_EXTRA`
     (a 40-token prompt; a batch of 4 padded rows — on the left at float64, where left padding
-    can be judged, else on the right; a batch of 5; a 260-token prompt), then one case whose
-    Gram rows have a variance near the LayerNorm ε (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`);
-    generation cases decode 0 to 6 tokens."""
+    can be judged, else on the right; a batch of 5; a 260-token prompt; 20 new tokens after a
+    short prompt), then one case whose Gram rows have a variance near the LayerNorm ε
+    (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`); generation cases decode 0 to 6 tokens, and 20 in
+    that one."""
     out = []
     configs = sh.boundary_configs()
     for i, config in enumerate(configs):
@@ -810,7 +917,7 @@ def check_forward_golden(ctx: Context) -> None:
     """The golden checkpoint small_seed0 reproduces the upstream logits (right and left padding)."""
     gold = oracle.golden_small()
     if gold is None:
-        raise SkipCheck(missing_reason(GOLDEN_CHECKPOINT))
+        raise skip_check(missing_reason(GOLDEN_CHECKPOINT))
     params, config, arrays = gold
     state = _state(params, ctx.torch_dtype, ctx.device)
     _forward_compare(ctx, state, config, arrays["tokens"], what="golden small_seed0 logits", truth_logits=arrays["logits"])

@@ -3,7 +3,7 @@
 Every call of an implementation's operation goes through :func:`call_operation`:
 
 * **copies** — each tensor argument (also inside state dicts, layer-weight dicts, lists and
-  the config) is deep-copied before the call; truth and baselines are computed from the
+  the config) is deep-copied before the call, with its layout (strides, storage offset); truth and baselines are computed from the
   pristine originals, and after the call the copies are compared with them bit for bit. A
   difference is a failure of its own: ``kernel modified its input `G` in place``. No operation
   of the protocol has in-place semantics. A :class:`Held` argument is copied once and that
@@ -11,7 +11,9 @@ Every call of an implementation's operation goes through :func:`call_operation`:
   calls is exercised.
 * **escapes** — ``SystemExit`` (``sys.exit(0)``), ``KeyboardInterrupt`` (not typed by the
   user), ``GeneratorExit`` and every other exception leaving the kernel are a
-  :class:`KernelCrash`: a failure of the check that called it, never an exit of plga.
+  :class:`KernelCrash`: a failure of the check that called it, never an exit of plga. The
+  same holds for the implementation's autograd backward, which a check runs through
+  :func:`guarded`.
 * **outputs** — what an operation returns is taken apart inside the guard (:func:`owned_output`):
   every tensor must be a plain ``torch.Tensor`` (not a subclass, whose methods would run the
   implementation's code later, when the suite examines it — outside the guard —, nor an array
@@ -139,11 +141,24 @@ def _same(a: Any, b: Any) -> bool:
         return type(a) is type(b)
 
 
+def _same_layout_copy(x: Any) -> Any:
+    """A copy of the tensor ``x`` with its sizes, strides and storage offset — for a view into a
+    larger buffer (a slice of a fused QKV product, one layer of a stacked G), a copy of the whole
+    buffer viewed the same way — so the implementation receives the layout the suite passed:
+    ``clone`` would hand it a gapped view made contiguous and an offset of 0."""
+    import torch
+
+    if x.storage_offset() == 0 and x.untyped_storage().nbytes() == x.numel() * x.element_size():
+        return x.clone()  # the view is its whole buffer: clone keeps a dense tensor's strides
+    buffer = x.untyped_storage().clone()
+    return torch.empty(0, dtype=x.dtype, device=x.device).set_(buffer, x.storage_offset(), x.size(), x.stride())
+
+
 def _copy(x: Any) -> Any:
     import torch
 
     if isinstance(x, torch.Tensor):
-        return x.detach().clone().requires_grad_(x.requires_grad) if x.is_leaf else x.clone()
+        return _same_layout_copy(x.detach()).requires_grad_(x.requires_grad) if x.is_leaf else x.clone()
     if isinstance(x, dict):
         return {k: _copy(v) for k, v in x.items()}
     if isinstance(x, list):
@@ -183,13 +198,13 @@ def call_operation(op: str, fn: Callable[..., Any], *args: Any, **kwargs: Any) -
     snapshot = {n: (x.detach().clone() if keep(x) else x) for n, x in given.items()}
     pos = [copies[n] for n in names[: len(args)]]
     kw = {n: copies[n] for n in kwargs}
-    out = _guarded(op, lambda: fn(*pos, **kw))
+    out = guarded(op, lambda: fn(*pos, **kw))
     for n in given:
         after = copies[n].detach() if keep(copies[n]) else copies[n]
         if not _same(after, snapshot[n]):
             raise InputMutated(f"kernel modified its input `{n}` in place during {op} (the protocol has no in-place "
                                "operation: inputs must be left as they were passed)")
-    return _guarded(op, lambda: owned_output(op, out, given))
+    return guarded(op, lambda: owned_output(op, out, given))
 
 
 def foreign_failure(exc: BaseException) -> bool:
@@ -203,7 +218,7 @@ def escape_text(exc: BaseException) -> str:
     return type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
 
 
-def _guarded(op: str, run: Callable[[], Any]) -> Any:
+def guarded(op: str, run: Callable[[], Any]) -> Any:
     """``run()``, every escape from the implementation's code a :class:`KernelCrash`."""
     try:
         return run()
@@ -229,6 +244,9 @@ def _plain(op: str, what: str, x: Any) -> Any:
         kind = type(x).__module__ + "." + type(x).__qualname__
         raise BadOutput(f"{op} returned {what} as a {kind}: the protocol asks for a plain torch.Tensor "
                         "(not a subclass, an array or a list)")
+    if x.layout != torch.strided or x.device.type == "meta":
+        kind = "a meta tensor (no values)" if x.device.type == "meta" else f"a {x.layout} tensor"
+        raise BadOutput(f"{op} returned {what} as {kind}: the protocol asks for a dense tensor holding its values")
     return x.clone()
 
 
@@ -338,6 +356,6 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 __all__ = [
     "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
-    "escape_text", "foreign_failure", "ignore_stop_signals", "owned_output", "time_limit",
+    "escape_text", "foreign_failure", "guarded", "ignore_stop_signals", "owned_output", "time_limit",
     "user_interrupted", "watch_user_interrupt",
 ]

@@ -172,11 +172,20 @@ class AttentionCase:
             "key_padding_mask": None if self.pad is None else torch.from_numpy(self.pad).to(device),
         }
 
+    def has_empty_rows(self) -> bool:
+        """Whether some query row has no allowed key (causal ∩ padding, or a fully padded batch row)."""
+        if self.pad is None:
+            return False
+        allowed = ~self.pad[:, None, :]  # [B, 1, T]
+        if self.causal:  # query i sits at position T − S + i (bottom-right)
+            allowed = allowed & (np.arange(self.t)[None, :] <= np.arange(self.s)[:, None] + self.t - self.s)[None]
+        return bool((~allowed.any(axis=-1)).any())
+
     def regions(self) -> dict[str, str]:
         """Axis → region of this case (the coverage report's rows)."""
         rel = "S=1" if self.s == 1 else "S<T" if self.s < self.t else "S=T" if self.s == self.t else "S>T"
         g = self.family + (" [B,H,d,d]" if self.g_batched else "")
-        mask = ("causal + " if self.causal else "") + self.padding
+        mask = ("causal + " if self.causal else "") + self.padding + (" (query rows with no key)" if self.has_empty_rows() else "")
         return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
                 "T (keys)": size_region(self.t), "S vs T": rel, "d": size_region(self.d),
                 "dv": "dv=d" if self.dv == self.d else "dv≠d", "scale": scale_region(self.scale), "mask": mask, "G": g}
@@ -224,7 +233,11 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: on the CPU leave the flash kernel for query blocks); then head counts that are multiples of
 #: 8 (8, 16: head chunks with no tail), keys inside 33–64 (40, 48: one partial 64-key block),
 #: batch 4, d = 32 with S ≠ T, and head dims past 128 (160, 256: wider than a 128-wide tile);
-#: last, a scale of 0 (uniform weights: ``scale or 1/√d`` takes it for None) and a negative one.
+#: a scale of 0 (uniform weights: ``scale or 1/√d`` takes it for None) and a negative one;
+#: last, the sizes where kernels switch to another path: a few queries over 1100 keys (past the
+#: 512 and 1024 where flash-decoding kernels split the keys), 300 queries (past a 256-row query
+#: block, with a partial one) and head dim 128 with a G that is not symmetric (the usual LLM
+#: head size, often a specialised path; the d = 128 case above has G = I, where Gᵀ = G).
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -244,6 +257,9 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (2, 3, 4, 4, 256, 256, "random", True, None),
     (1, 2, 3, 6, 8, 8, "random", False, 0.0),
     (2, 2, 4, 9, 8, 8, "random", True, -0.5),
+    (1, 2, 4, 1100, 32, 32, "random", False, None),
+    (1, 2, 300, 300, 16, 16, "random", False, None),
+    (2, 2, 9, 40, 128, 128, "random", True, None),
 )
 
 
@@ -441,9 +457,12 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: where a RoPE table, a cache block or a position loop sized 16/32 ends; generation carries
 #: it to 43); a batch of 4 rows padded to different lengths; on the large configuration a batch
 #: of 5 prompts of 20 tokens (past a batch of 4, prompts inside 17–32) decoding 6 tokens (past a
-#: step count of 4); and a 260-token prompt decoding 3 (positions past 256: a RoPE table of 256,
-#: positions held in bfloat16).
-BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = ((1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3))
+#: step count of 4); a 260-token prompt decoding 3 (positions past 256: a RoPE table of 256,
+#: positions held in bfloat16); and a 5-token prompt decoding 20 (cached steps past 8 and 16: a
+#: step-position table, a cache page or a step loop sized 8/16 ends; the drawn cases decode ≤ 6).
+BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
+    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3), (1, 2, 5, 20),
+)
 
 
 #: The query-projection scale of the decoder boundary case whose Gram rows have a variance of

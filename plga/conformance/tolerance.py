@@ -22,8 +22,8 @@ The kernel passes when
 
 with a = truth rounded to the kernel's dtype (the floor is computed in that dtype) and M the
 *magnitude of the terms that enter the computation*, supplied by the check from the inputs
-(an a-priori error scale, as in γₙ·|A||B| bounds): for attention out M = max|v| (a convex
-combination of value rows); for the gradients the absolute-value chain of the backward
+(an a-priori error scale, as in γₙ·|A||B| bounds): for attention out M = max Σⱼ Pⱼ|vⱼ|
+(|P||V| of the product P V); for the gradients the absolute-value chain of the backward
 products (dV: |P|ᵀ|dO|; dQ, dK: scale·P∘(|dO||V|ᵀ + rowsum|dO||O|) times |K| or |Q G|; dG:
 |Q|ᵀ|dQ'|). Where the true result is exactly 0 or tiny beside large terms — a gradient entry
 where two products cancel — a sound algorithm (P recomputed from a saved log-sum-exp,
@@ -143,7 +143,8 @@ def _abs_err(x: np.ndarray, truth: np.ndarray) -> np.ndarray:
     """|x − truth| as float64; exact (mp) subtraction when truth holds mpf."""
     if truth.dtype == object:
         sub = np.frompyfunc(lambda a, b: float(abs(mpmath.mpf(float(a)) - b)), 2, 1)
-        return sub(x, truth).astype(np.float64) if x.size else np.zeros(x.shape)
+        with np.errstate(invalid="ignore"):  # a NaN in the kernel's output: counted as non-finite, not warned about
+            return sub(x, truth).astype(np.float64) if x.size else np.zeros(x.shape)
     with np.errstate(invalid="ignore", over="ignore"):
         return np.abs(x - truth)
 

@@ -108,3 +108,29 @@ def test_a_subclass_of_the_suites_baseline_is_refused_too():
 
     with pytest.raises(ImplementationLoadError, match="own baseline"):
         check_kernel(Wrapped)
+
+
+def _maskless(scale_bug: bool = False):
+    """Attention without masks, declared so: refuses a mask it never offered (as a real kernel
+    would); ``scale_bug`` forgets 1/√d."""
+    from plga.conformance import eager
+
+    def attn(q, k, v, G, *, causal=False, key_padding_mask=None, scale=None):
+        if causal or key_padding_mask is not None:
+            raise NotImplementedError("masks are not supported (not declared)")
+        return eager.plga_attention(q, k, v, G, scale=1.0 if scale_bug else scale)
+
+    attn.plga_capabilities, attn.plga_dtypes = ("attention",), ("float32",)
+    return attn
+
+
+def test_checks_draw_only_the_masks_an_implementation_declares():
+    """The structure checks and trained-G attention require only ``attention``; they used to pass
+    causal masks and padding anyway, failing a correct kernel that declares neither."""
+    report = check_kernel(_maskless(), profile="quick")
+    assert report.verdict == "PASS", report.summary()
+    ran = {r.check for r in report.results if r.status == "passed"}
+    assert {"batched_equals_slices", "sdpa_identity", "strided_inputs", "sentinel_g"} <= ran
+    assert set(report.coverage()["structure"]["mask"]) == {"none"}
+    # control: the same kernel with a wrong scale fails those checks
+    assert check_kernel(_maskless(scale_bug=True), profile="quick").verdict == "FAIL"

@@ -195,3 +195,30 @@ def _unit_case() -> tuple[Any, bool, None]:
     k[..., 0, 0] = 16.0
     v = torch.ones(1, 1, 2, 4, dtype=torch.bfloat16)
     return {"q": q, "k": k, "v": v, "G": None, "key_padding_mask": None}, False, None
+
+
+def halved_past_1024_keys(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                          scale: float | None = None) -> Any:
+    """Wrong at bfloat16 over more than 1024 keys: the output halved (a long-context path's bug)."""
+    out = plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    return out * 0.5 if k.shape[2] > 1024 else out
+
+
+_declare(halved_past_1024_keys, ("bfloat16",), ATTENTION)
+
+
+def test_a_long_context_output_is_judged_at_its_own_size(monkeypatch):
+    """The floor's magnitude is Σⱼ Pⱼ|vⱼ| (|P||V|), not max|v|: over 1100 keys the output is an
+    average of ~0.16 while 4 bfloat16 ulp of max|v| ≈ 4.3 are 0.13, so a halved output passed."""
+    checks_ = ["attention_unmasked", "attention_causal", "attention_padding"]
+    report = check_kernel(halved_past_1024_keys, checks=checks_, profile="quick", shrink=False)
+    assert report.failed_checks() == set(checks_), report.summary()
+    assert check_kernel("default", checks=checks_, dtypes=["bfloat16"], profile="quick").verdict == "PASS"
+    # negative control: the magnitude max|v| · (score factor), as before
+    def old(t: Any, causal: bool, scale: Any, values: Any = None) -> float:
+        r = 2.0**-16  # float32's unit roundoff in bfloat16's
+        v = t["v"].abs().max().item() if values is None else float(abs(values).max())
+        return v * (1.0 + r * checks._max_scaled_score(t, causal, scale)[1])
+
+    monkeypatch.setattr(checks, "attention_magnitude", old)
+    assert check_kernel(halved_past_1024_keys, checks=checks_, profile="quick", shrink=False).verdict == "PASS"

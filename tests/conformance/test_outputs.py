@@ -184,3 +184,82 @@ def test_the_operators_a_forward_reports_are_checked():
         assert report.verdict == "FAIL" and "G_LM" in report.failures[0].message, wrong
     control = type("Right", (WrongOperators,), {"factor": 1.0})()
     assert check_kernel(control, checks=["forward_logits", "forward_golden"], profile="quick").verdict == "PASS"
+
+
+class _BackwardEscapes(torch.autograd.Function):
+    """The truth forward; a backward that raises ``exc`` (set on the subclass)."""
+
+    exc: BaseException = SkipCheck("no backward for this case")
+
+    @staticmethod
+    def forward(ctx, q, k, v, G, causal, pad, scale):
+        return _truth(q.detach(), k.detach(), v.detach(), None if G is None else G.detach(), causal=causal,
+                      key_padding_mask=pad, scale=scale)
+
+    @staticmethod
+    def backward(ctx, grad):
+        raise _BackwardEscapes.exc
+
+
+class BackwardEscapes(Adapter):
+    """A right forward whose autograd backward raises; ``plain`` computes the right gradients
+    (torch's autograd through the eager formula) instead."""
+
+    name, dtypes = "backward_escapes", ("float32",)
+    capabilities = frozenset({"attention", "causal", "key_padding_mask", "backward"})
+    plain = False
+
+    def attention(self, q, k, v, G, *, causal=False, key_padding_mask=None, scale=None, finite_mask=False):
+        if self.plain:
+            from plga.conformance import eager
+
+            return eager.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+        return _BackwardEscapes.apply(q, k, v, G, causal, key_padding_mask, scale)
+
+
+@pytest.mark.parametrize("exc", [SkipCheck("no backward for this case"), UnsatisfiedAssumption()], ids=["skip", "assume"])
+def test_an_escape_from_the_kernels_backward_fails_the_check(exc, monkeypatch):
+    """The backward runs the implementation's code outside any operation call: a SkipCheck (or a
+    Hypothesis assumption) from it used to turn the check into a skip; it is the kernel's failure."""
+    monkeypatch.setattr(_BackwardEscapes, "exc", exc)
+    report = check_kernel(BackwardEscapes(), checks=["attention_backward[float32]"], profile="quick")
+    assert report.verdict == "FAIL" and report.counts()["skipped"] == 0, report.summary()
+    assert f"attention backward raised {type(exc).__name__}" in report.failures[0].message
+    # control: the same forward with a working backward passes
+    plain = type("Plain", (BackwardEscapes,), {"plain": True})()
+    assert check_kernel(plain, checks=["attention_backward[float32]"], profile="quick").verdict == "PASS"
+
+
+def test_only_the_suite_skips_a_check():
+    """A SkipCheck reaching the check from anywhere but the suite (here: raised from inside the
+    check's body, as an injected one would be) fails it; the suite's own skip still skips."""
+    from plga.conformance import checks
+    from plga.conformance.adapter import is_suite_skip, skip_check
+    from plga.conformance.guard import KernelCrash
+
+    assert is_suite_skip(skip_check("x")) and not is_suite_skip(SkipCheck("x"))
+    adapter = BackwardEscapes()
+    real = checks.CHECKS["attention_unmasked"]
+    for raised, caught in ((SkipCheck("forged"), KernelCrash), (skip_check("the suite's"), SkipCheck)):
+        def body(ctx, raised=raised):
+            raise raised
+
+        checks.CHECKS["attention_unmasked"] = checks.dataclasses.replace(real, fn=body)
+        try:
+            with pytest.raises(caught) as info:
+                checks.run_check(adapter, "attention_unmasked", "float32")
+        finally:
+            checks.CHECKS["attention_unmasked"] = real
+        assert (caught is KernelCrash) == ("only the suite decides" in str(info.value))
+
+
+@pytest.mark.parametrize("make", [lambda out: out.to("meta"), lambda out: out.to_sparse()], ids=["meta", "sparse"])
+def test_a_tensor_without_dense_values_is_a_bad_output(make):
+    """A meta tensor (shape, no values) or a sparse one is named as such, inside the guard; it used
+    to surface as torch's own error from the comparison."""
+    def attn(q, k, v, G, *, causal=False, key_padding_mask=None, scale=None):
+        return make(_truth(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale))
+
+    report = check_kernel(attn, checks=["attention_unmasked[float32]"], profile="quick")
+    assert report.verdict == "FAIL"
+    assert "the protocol asks for a dense tensor holding its values" in report.failures[0].message, report.failures[0].message

@@ -5,7 +5,9 @@ default adapter) made wrong in exactly one region — the output (or its gradien
 decoder's logits) multiplied by 1.5 there and nowhere else:
 
 * attention: H a multiple of 8; 22 ≤ T ≤ 64 keys; batch 4; head dim d > 128; d = 32 with
-  S ≠ T; non-contiguous q, k or v (the ``strided_inputs`` check);
+  S ≠ T; non-contiguous q, k or v, and q at a storage offset (the ``strided_inputs`` check);
+  and, after a red-team audit, T > 1024 keys, S > 256 queries, and more than one intra-op
+  thread (the ``thread_counts`` check);
 * backward: gradients wrong only when G is None;
 * decoder and caches: logits wrong past position 16 (a 40-token prompt); wrong for batch ≥ 4;
   and, after a second audit, wrong past position 256, for a RoPE base other than 10000, a
@@ -60,6 +62,10 @@ ATTENTION_REGIONS = [
     ("batch 4 (padding)", lambda q, k, v: q.shape[0] == 4, "attention_padding"),
     ("d > 128 (G = I vs SDPA)", lambda q, k, v: q.shape[-1] > 128, "sdpa_identity"),
     ("non-contiguous q, k or v", lambda q, k, v: not all(x.is_contiguous() for x in (q, k, v)), "strided_inputs"),
+    ("q at a storage offset", lambda q, k, v: q.storage_offset() > 0, "strided_inputs"),
+    ("T > 1024 keys", lambda q, k, v: k.shape[2] > 1024, "attention_unmasked"),
+    ("S > 256 queries", lambda q, k, v: q.shape[2] > 256, "attention_unmasked"),
+    ("several intra-op threads", lambda q, k, v: torch.get_num_threads() > 1, "thread_counts"),
 ]
 
 
@@ -214,6 +220,16 @@ def test_coverage_report_names_the_new_regions():
     assert "33–64" in dec["sequence length"]
 
 
+def test_causal_left_padding_leaves_query_rows_without_keys():
+    """attention_padding judges the rows a left-padded prompt's first queries give (no allowed key:
+    zeros), beside rows that keep keys; the coverage report says so."""
+    report = check_kernel("default", checks=["attention_padding[float32]"], profile="quick")
+    assert report.verdict == "PASS", report.summary()
+    masks = set(report.coverage()["attention"]["mask"])
+    assert "causal + left (query rows with no key)" in masks, masks
+    assert "causal + right" in masks, masks  # right padding never empties a causal row
+
+
 def test_boundary_shapes_reach_the_regions():
     """Each region an audit found unvisited has a boundary case (so every profile reaches it)."""
     shapes = sh.BOUNDARY_SHAPES  # (B, H, S, T, d, dv, family, batched, scale)
@@ -222,8 +238,13 @@ def test_boundary_shapes_reach_the_regions():
     assert any(b == 4 for b, *_ in shapes)
     assert any(d > 128 for *_, d, _, _, _, _ in shapes)
     assert any(d == 32 and s != t for _, _, s, t, d, *_ in shapes)
+    # where kernels switch paths: keys past 1024, queries past a 256-row block, d = 128 with G ≠ Gᵀ
+    assert any(t > 1024 for _, _, _, t, *_ in shapes)
+    assert any(s > 256 and s % 256 for _, _, s, *_ in shapes)
+    assert any(d == 128 and fam in ("random", "ill_conditioned", "rank_one", "sentinel") for *_, d, _, fam, _, _ in shapes)
     extra = sh.BOUNDARY_DECODER_EXTRA  # (config index, batch, prompt length, new tokens)
     assert any(length > 16 for _, _, length, _ in extra) and any(b >= 4 for _, b, _, _ in extra)
+    assert any(n > 16 for *_, n in extra)  # cached steps past 8 and 16
     assert all(length + n <= sh.boundary_configs()[i].max_seq_len for i, _, length, n in extra)
 
 

@@ -30,6 +30,7 @@ from .decoders import (
     RotateHalfAsInterleaved,
     RowLengthsMixed,
     StepPositionsOffByOne,
+    StepPositionTableOfEight,
 )
 from .masks import FiniteMaskAsIdeal
 from .tiled import TiledAttention, Tiling
@@ -92,12 +93,28 @@ _LIST = [
             _tiled("chunk_relative_g", "chunk_relative_g"), caught_by=_ATT),
     Control("split_k_plain_average", "split-K combines the splits by a plain average instead of their LSE weights",
             _tiled("split_k_plain_average", "split_k_plain_average", key_block=32, splits=3), caught_by=_ATT),
+    # size-switched paths: right below a size, wrong past it
+    Control("long_keys_plain_average", "from 512 keys, a flash-decoding path splits the keys into blocks and averages "
+            "the splits instead of weighting them by their LSE", _tiled("long_keys_plain_average", "long_keys_plain_average"),
+            caught_by=_ATT),
+    Control("query_tail_dropped", "past 256 queries, the query-block loop leaves the partial last block of 256 rows at zero",
+            _tiled("query_tail_dropped", "query_tail_dropped"), caught_by=_ATT),
+    Control("thread_splits_plain_average", "one key split per intra-op thread, the splits averaged instead of weighted "
+            "by their LSE (exact at one thread)", _tiled("thread_splits_plain_average", "thread_splits_plain_average"),
+            caught_by=("thread_counts",)),
+    Control("d128_g_transposed", "a specialised head-dim-128 path reads G transposed (Q Gᵀ Kᵀ at d = 128 only)",
+            _tiled("d128_g_transposed", "d128_g_transposed"), caught_by=_ATT),
     # edge-value bugs
     Control("finite_mask_as_ideal", "finite_mask=True computed as the ideal mask: a fully masked row gives zeros, "
             "not the published softmax over every key", lambda: FiniteMaskAsIdeal("controls.finite_mask_as_ideal"),
             caught_by=("attention_finite_mask",)),
     Control("empty_rows_nan", "a fully padded query row gives 0/0 = NaN instead of zeros",
             _tiled("empty_rows_nan", "empty_rows_nan"), caught_by=("attention_padding",)),
+    Control("causal_empty_rows_nan", "zeros only for fully padded batch rows: a query row emptied by causal ∩ left "
+            "padding gives 0/0 = NaN", _tiled("causal_empty_rows_nan", "causal_empty_rows_nan"), caught_by=("attention_padding",)),
+    Control("causal_empty_rows_uniform", "zeros only for fully padded batch rows: a query row emptied by causal ∩ left "
+            "padding gives the mean of every value (a large finite fill)",
+            _tiled("causal_empty_rows_uniform", "causal_empty_rows_uniform"), caught_by=("attention_padding",)),
     Control("scale_given_ignored", "an explicit scale is ignored (1/√d always)",
             _tiled("scale_given_ignored", "scale_given_ignored"), caught_by=_ATT),
     Control("scale_none_is_one", "scale=None is taken as 1 instead of 1/√d", _tiled("scale_none_is_one", "scale_none_is_one"),
@@ -142,6 +159,9 @@ _LIST = [
             _decoder("row_lengths_mixed", RowLengthsMixed), caught_by=_CACHE),
     Control("step_positions_off_by_one", "cached steps rotate the new token at position T − 1",
             _decoder("step_positions_off_by_one", StepPositionsOffByOne), caught_by=_CACHE),
+    Control("step_position_table_of_eight", "cached steps take their RoPE positions from a table of 8: from the 9th "
+            "step on, every new token is rotated at the 8th step's position",
+            _decoder("step_position_table_of_eight", StepPositionTableOfEight), caught_by=_CACHE),
     Control("kv_stale_generator", "kv mode rebuilds G_LM from a wrongly scaled cached A",
             _decoder("kv_stale_generator", KvRecomputesFromNewRows), caught_by=_CACHE),
 ]

@@ -82,6 +82,18 @@ class StepPositionsOffByOne(eg.EagerDecoder):
         return super().step_positions(offset - 1, n)
 
 
+class StepPositionTableOfEight(eg.EagerDecoder):
+    """Cached steps read their RoPE positions from a table of 8 built at the first step: from the
+    9th cached step on, every new token is rotated at the 8th step's position."""
+
+    first_step: int | None = None
+
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        if self.first_step is None:
+            self.first_step = offset
+        return super().step_positions(min(offset, self.first_step + 7), n)
+
+
 class KvRecomputesFromNewRows(eg.EagerDecoder):
     """kv mode recomputes A from the new token's rows only (instead of the frozen prompt A)."""
 

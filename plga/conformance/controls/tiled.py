@@ -18,6 +18,11 @@ from torch import Tensor
 
 from ..adapter import Adapter
 
+#: Where the long-context and long-prompt bugs of the controls switch on: key lengths from 512 (a
+#: flash-decoding split path) and query blocks of 256 rows.
+LONG_KEYS = 512
+QUERY_BLOCK = 256
+
 
 @dataclasses.dataclass(frozen=True)
 class Tiling:
@@ -45,6 +50,8 @@ def _support(b: int, s: int, t: int, causal: bool, pad: Tensor | None, bug: str,
 def _g_for(G: Tensor | None, h0: int, h1: int, bug: str) -> Tensor | None:
     if G is None:
         return None
+    if bug == "d128_g_transposed" and G.shape[-1] == 128:  # a specialised d = 128 path loads G column-major
+        G = G.transpose(-1, -2)
     if bug == "chunk_relative_g":
         h0, h1 = 0, h1 - h0
     if G.ndim == 4:
@@ -72,6 +79,11 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
     if bug == "scale_none_is_one" and scale is None:
         sc = 1.0
     allowed = _support(b, s, t, causal, key_padding_mask, bug, q.device)
+    splits = tiling.splits
+    if bug == "long_keys_plain_average" and t >= LONG_KEYS:  # a flash-decoding path for long contexts
+        splits = math.ceil(t / tiling.key_block)
+    if bug == "thread_splits_plain_average":  # one key split per intra-op thread (one thread: exact)
+        splits = torch.get_num_threads()
     out = torch.zeros(b, h, s, dv, dtype=q.dtype, device=q.device)
     lse = torch.full((b, h, s), -math.inf, dtype=q.dtype, device=q.device)
     hc = tiling.head_chunk
@@ -95,7 +107,7 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
                 if bug == "mask_shift_in_tail" and k1 - k0 < tiling.key_block and k1 == t and t > tiling.key_block:
                     ok = torch.roll(ok, 1, dims=-1)
                 x = x.masked_fill(~ok, -math.inf)
-                if tiling.splits > 1:
+                if splits > 1:
                     parts.append((x, k0, k1))
                     continue
                 m_new = torch.maximum(m, x.amax(dim=-1, keepdim=True))
@@ -105,12 +117,22 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
                 l_ = l_ * alpha + p.sum(dim=-1, keepdim=True)
                 acc = acc * alpha + p @ v[:, h0:h1, k0:k1, v0:v1]
                 m = m_new
-            if tiling.splits > 1:
-                acc, l_, m = _split_k(parts, v[:, h0:h1, :, v0:v1], tiling)
+            if splits > 1:
+                acc, l_, m = _split_k(parts, v[:, h0:h1, :, v0:v1], dataclasses.replace(tiling, splits=splits))
             if bug == "empty_rows_nan":
                 o = acc / l_
             else:
                 o = torch.where(l_ > 0, acc / torch.where(l_ > 0, l_, torch.ones_like(l_)), torch.zeros_like(acc))
+            if bug in ("causal_empty_rows_nan", "causal_empty_rows_uniform") and key_padding_mask is not None:
+                # the kernel zeroes the rows of fully padded batch elements only; a row emptied by
+                # causal ∩ padding (a left-padded prompt's first queries) keeps 0/0 or, with a
+                # large finite fill, the mean of every value
+                partly = (l_ == 0) & ~key_padding_mask.all(dim=-1)[:, None, None, None]  # [B, hc, S, 1]
+                fill = acc / l_ if bug == "causal_empty_rows_nan" else v[:, h0:h1, :, v0:v1].mean(dim=-2, keepdim=True)
+                o = torch.where(partly, fill, o)
+            if bug == "query_tail_dropped" and s > QUERY_BLOCK and s % QUERY_BLOCK:
+                o = o.clone()
+                o[:, :, s - s % QUERY_BLOCK :] = 0  # the query-block loop stops at the last full block
             out[:, h0:h1, :, v0:v1] = o
             lse[:, h0:h1] = (m + torch.log(l_)).squeeze(-1)
     return out, lse
@@ -133,7 +155,7 @@ def _split_k(parts: list[tuple[Tensor, int, int]], v: Tensor, tiling: Tiling) ->
         lses.append(safe + torch.log(den))  # −inf for an empty split
     lse_all = torch.logsumexp(torch.stack(lses), dim=0)  # [B, hc, S, 1]
     safe_all = torch.where(torch.isfinite(lse_all), lse_all, torch.zeros_like(lse_all))
-    if tiling.bug == "split_k_plain_average":
+    if tiling.bug in ("split_k_plain_average", "long_keys_plain_average", "thread_splits_plain_average"):
         weights = [torch.isfinite(x).to(o.dtype) / max(1, len(outs)) for x in lses]
     else:
         weights = [torch.exp(x - safe_all) for x in lses]
