@@ -356,8 +356,11 @@ FLOOR_B_SHIFT = -27.0
 
 def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
     """Explicit chain cases: one query row, 3 units × 3 blocks, d = 2 … 16, odd A_dff, 5 heads;
-    and one with A_LM at its 1e-9 floor (:data:`FLOOR_B_SHIFT`)."""
-    shapes = [(1, 1, 1, 2, 1, 1, 1, 1.0), (2, 3, 5, 4, 3, 3, 3, 0.1), (1, 5, 9, 8, 7, 2, 1, 3.0), (2, 2, 17, 16, 5, 1, 3, 1.0)]
+    the released model's 14 heads and 8 units of 4 blocks; its head dimension 64, and 128 in 9
+    heads (more query rows than d: a Gram of full rank; some entries of A_LM still reach its
+    floor there); and one with A_LM at its 1e-9 floor (:data:`FLOOR_B_SHIFT`)."""
+    shapes = [(1, 1, 1, 2, 1, 1, 1, 1.0), (2, 3, 5, 4, 3, 3, 3, 0.1), (1, 5, 9, 8, 7, 2, 1, 3.0), (2, 2, 17, 16, 5, 1, 3, 1.0),
+              (1, 14, 3, 4, 4, 8, 4, 1.0), (1, 2, 70, 64, 4, 1, 1, 1.0), (1, 9, 130, 128, 3, 1, 1, 1.0)]
     out = [ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}") for i, shape in enumerate(shapes)]
     i = len(out)
     out.append(ChainCase(1, 2, 5, 8, 6, 1, 1, 1.0, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}", b_shift=FLOOR_B_SHIFT))
@@ -385,7 +388,10 @@ def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 6, 8), max_len: int
 #: blocks; then past the sizes a kernel's tables, tiles and loops are often cut at — 4 layers,
 #: 5 heads of dimension 32 (scale 1/√32), a vocabulary of 97 (past 64), RoPE base 5·10⁵ and a
 #: context of 300 (past 64 and 256: position tables, interpolation) — and a small model with
-#: base 1000 and a context of 1024 that the 260-token case below runs past position 256.
+#: base 1000 and a context of 1024 that the 260-token case below runs past position 256; last,
+#: the released model's counts at a small width — 6 layers (past its 5), 14 heads (past head
+#: chunks of 8), 8 residual units of 4 SwiGLU blocks, a vocabulary of 300 (past 256) and a
+#: context of 24 that the case below fills — and its head dimension, 64, in one head.
 BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (1, 1, 8, 8, 4, 1, 1, 23, "interleaved"),
     (2, 2, 8, 24, 12, 1, 2, 37, "rotate_half"),
@@ -394,6 +400,8 @@ BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (1, 2, 16, 40, 9, 2, 3, 64, "rotate_half"),
     (4, 5, 32, 48, 6, 1, 1, 97, "interleaved", 500000.0, 300),
     (1, 2, 8, 12, 4, 1, 1, 41, "rotate_half", 1000.0, 1024),
+    (6, 14, 4, 16, 4, 8, 4, 300, "rotate_half", 10000.0, 24),
+    (1, 1, 64, 16, 4, 1, 1, 41, "interleaved"),
 )
 
 
@@ -458,10 +466,12 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: it to 43); a batch of 4 rows padded to different lengths; on the large configuration a batch
 #: of 5 prompts of 20 tokens (past a batch of 4, prompts inside 17–32) decoding 6 tokens (past a
 #: step count of 4); a 260-token prompt decoding 3 (positions past 256: a RoPE table of 256,
-#: positions held in bfloat16); and a 5-token prompt decoding 20 (cached steps past 8 and 16: a
-#: step-position table, a cache page or a step loop sized 8/16 ends; the drawn cases decode ≤ 6).
+#: positions held in bfloat16); a 5-token prompt decoding 20 (cached steps past 8 and 16: a
+#: step-position table, a cache page or a step loop sized 8/16 ends; the drawn cases decode ≤ 6);
+#: and on the 6-layer configuration a forward of its whole context (24 positions: the last row
+#: of a RoPE table) and a 12-token prompt decoding 12 (to the context's end).
 BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
-    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3), (1, 2, 5, 20),
+    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3), (1, 2, 5, 20), (7, 2, 24, 0), (7, 1, 12, 12),
 )
 
 

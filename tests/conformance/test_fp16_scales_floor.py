@@ -125,8 +125,11 @@ def test_the_floor_of_a_lm_is_judged_at_every_seed(monkeypatch):
     for seed in (1, 2, 5, 7):  # the seeds at which it passed before
         report = check_kernel(_ChainWithoutFloor(), checks=["operator_chain"], profile="quick", seed=seed, shrink=False)
         assert report.verdict == "FAIL", f"seed {seed}:\n{report.summary()}"
-    # negative control: the floor case at the usual bias passes it at seed 1
+    # negative control: the floor case at the usual bias passes it at seed 1 (without the head
+    # dims 64 and 128, whose wide Grams also reach the floor in some entries)
     monkeypatch.setattr(sh, "FLOOR_B_SHIFT", 0.0)
+    narrow = sh.boundary_chain_cases
+    monkeypatch.setattr(sh, "boundary_chain_cases", lambda seed=0: [c for c in narrow(seed) if c.d < 64])
     assert check_kernel(_ChainWithoutFloor(), checks=["operator_chain"], profile="quick", seed=1, shrink=False).verdict == "PASS"
 
 
