@@ -45,38 +45,31 @@ class _Base(Adapter):
 
 
 # ---------------------------------------------------------------------------------------------
-# 0. sanity: the unmodified eager decoder behind a foreign adapter (must PASS)
-class Sanity(_Base):
-    pass
-
-
-# ---------------------------------------------------------------------------------------------
 # 1. prompt of length 1 dispatched to the decode path (HF-style `if seq_len == 1: decode`):
 #    the prompt pass runs as a cached step on an empty, pre-initialised cache whose generator A
-#    is zeros and whose G-cache is the identity. forward() is untouched.
+#    is zeros and whose G-cache is the identity. forward() on its own is untouched.
 class _Len1PromptAsStep(eg.EagerDecoder):
+    cached_mode: str | None = None  # set while generate runs a cached mode
+
     def generate(self, prompt, max_new_tokens, mode="kv", constant_g=None):
-        tokens = torch.as_tensor(prompt, device=self.device).long()
-        if mode == "nocache" or tokens.shape[1] != 1 or not max_new_tokens:
+        self.cached_mode = None if mode == "nocache" else "kvg" if mode == "collapsed" else mode
+        try:
             return super().generate(prompt, max_new_tokens, mode, constant_g)
+        finally:
+            self.cached_mode = None
+
+    def forward(self, tokens, constant_g=None):
+        tokens = torch.as_tensor(tokens, device=self.device).long()
+        if self.cached_mode is None or tokens.shape[1] != 1:
+            return super().forward(tokens, constant_g)
         b, c = tokens.shape[0], self.config
         H, d = c.num_heads, c.depth
         empty = [eg.LayerCache(k=torch.zeros(b, H, 0, d, dtype=self.dtype), v=torch.zeros(b, H, 0, d, dtype=self.dtype),
                                A=torch.zeros(b, H, d, d, dtype=self.dtype), A_LM=None,
                                G_LM=torch.eye(d, dtype=self.dtype).expand(b, H, d, d).clone(),
                                key_allowed=torch.zeros(b, 0, dtype=torch.bool)) for _ in range(c.num_layers)]
-        cached_mode = "kvg" if mode == "collapsed" else mode
-        out, caches = self.step(tokens, empty, cached_mode, constant_g)
-        logits = out[:, -1]
-        steps = []
-        for n in range(max_new_tokens):
-            steps.append(logits)
-            nxt = logits.argmax(-1, keepdim=True)
-            tokens = torch.cat([tokens, nxt], dim=1)
-            if n + 1 < max_new_tokens:
-                out, caches = self.step(nxt, caches, cached_mode, constant_g)
-                logits = out[:, -1]
-        return tokens, torch.stack(steps, dim=1)
+        logits, caches = self.step(tokens, empty, self.cached_mode, constant_g)
+        return logits, [], caches
 
 
 class Len1PromptAsStep(_Base):
@@ -84,83 +77,25 @@ class Len1PromptAsStep(_Base):
 
 
 # ---------------------------------------------------------------------------------------------
-# 2. cached modes mask generated keys whose id is 0 (attention_mask = tokens != 0 carried into
-#    the cache, appended for each generated token) -- spec §3.5: generated keys never masked.
-class _CachedMasksGeneratedZero(eg.EagerDecoder):
-    def step(self, tokens, caches, mode, constant_g=None):
-        out, new = super().step(tokens, caches, mode, constant_g)
-        s = tokens.shape[1]
-        for c in new:
-            c.key_allowed = torch.cat([c.key_allowed[:, :-s], tokens != 0], dim=1)
-        return out, new
+# 3. a count cut at a hard-coded size: layers past the fourth skipped (a 4-layer loop / cache
+#    list; the released models have 5 layers; the suite's own control cuts at two), residual
+#    units past the third (released models: num_reslayerA = 8).
+class _CappedConfig(eg.EagerDecoder):
+    field = ""
+    most = 0
 
-    def layer(self, i, h, positions, support, cache, mode, constant_g):
-        return super().layer(i, h, positions, support, cache, mode, constant_g)
-
-
-class CachedMasksGeneratedZero(_Base):
-    decoder_class = _CachedMasksGeneratedZero
-
-
-# 2b. nocache: generated tokens are never padding (HF-style attention_mask = cat(mask, ones)) --
-#     spec §3.2: a generated id 0 IS padding for the next nocache step.
-class _NocacheGeneratedNeverPadding(eg.EagerDecoder):
-    def generate(self, prompt, max_new_tokens, mode="kv", constant_g=None):
-        if mode != "nocache":
-            return super().generate(prompt, max_new_tokens, mode, constant_g)
-        tokens = torch.as_tensor(prompt, device=self.device).long()
-        s0 = tokens.shape[1]
-        steps = []
-        for _ in range(max_new_tokens):
-            fake = tokens.clone()
-            fake[:, s0:] = torch.where(fake[:, s0:] == 0, torch.full_like(fake[:, s0:], -1), fake[:, s0:])
-            logits = self._forward_masked(tokens, (tokens != 0) | (torch.arange(tokens.shape[1]) >= s0)[None], constant_g)[:, -1]
-            steps.append(logits)
-            tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
-        v = self.config.input_vocab_size
-        return tokens, (torch.stack(steps, 1) if steps else torch.zeros(tokens.shape[0], 0, v, dtype=self.dtype))
-
-    def _forward_masked(self, tokens, keys_ok, constant_g):
-        s = tokens.shape[1]
-        support = eg._causal(s, s, self.device)[None] & keys_ok[:, None, :]
-        positions = torch.arange(s, device=self.device)
-        h = self.embed(tokens)
-        for i in range(self.config.num_layers):
-            g = None if constant_g is None else torch.as_tensor(constant_g[i], device=self.device)
-            h, _, _ = self.layer(i, h, positions, support, None, "nocache", g)
-        return self.linear(h, "final_layer")
-
-
-class NocacheGeneratedNeverPadding(_Base):
-    decoder_class = _NocacheGeneratedNeverPadding
-
-
-# ---------------------------------------------------------------------------------------------
-# 3. layers past the fourth skipped (a hard-coded 4-layer loop / cache list; the released
-#    models have 5 layers). The suite's own control is the same bug at two.
-class _LayersPastFourSkipped(eg.EagerDecoder):
     def __init__(self, state, config, **kw):
         super().__init__(state, config, **kw)
-        self.config = dataclasses.replace(config, num_layers=min(config.num_layers, 4))
+        self.config = dataclasses.replace(config, **{self.field: min(getattr(config, self.field), self.most)})
 
 
 class LayersPastFourSkipped(_Base):
-    decoder_class = _LayersPastFourSkipped
-
-    def forward(self, state_dict, config, tokens, *, constant_g=None):
-        out = super().forward(state_dict, config, tokens, constant_g=constant_g)
-        return ForwardOutput(out.logits, None)  # G_LM is optional
-
-
-# 3b. residual units past the third skipped (released models: num_reslayerA = 8)
-class _UnitsPastThreeSkipped(eg.EagerDecoder):
-    def __init__(self, state, config, **kw):
-        super().__init__(state, config, **kw)
-        self.config = dataclasses.replace(config, num_reslayerA=min(config.num_reslayerA, 3))
+    decoder_class = type("_LayersPastFour", (_CappedConfig,), {"field": "num_layers", "most": 4})
+    return_g = False  # G_LM is optional
 
 
 class UnitsPastThreeSkipped(_Base):
-    decoder_class = _UnitsPastThreeSkipped
+    decoder_class = type("_UnitsPastThree", (_CappedConfig,), {"field": "num_reslayerA", "most": 3})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -308,51 +243,6 @@ class WideChain(_Base):
 # C2. forward returns G_LM = None
 class NoGLM(_Base):
     return_g = False
-
-
-# C3. upstream (torchtune) float32 RoPE tables, at float32 only: bit-compatible with the published code
-class _TorchtuneRope(eg.EagerDecoder):
-    def layer(self, i, h, positions, support, cache, mode, constant_g):
-        orig = eg.rope
-
-        def rope(x, pos, base=10000.0, style="interleaved"):
-            d = x.shape[-1]
-            theta = 1.0 / (base ** (torch.arange(0, d, 2, dtype=torch.float32)[: d // 2] / d))
-            ang = pos.to(torch.float32)[:, None] * theta
-            cos, sin = torch.cos(ang).to(x.dtype), torch.sin(ang).to(x.dtype)
-            if style == "interleaved":
-                x0, x1 = x[..., 0::2], x[..., 1::2]
-                return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
-            x0, x1 = x[..., : d // 2], x[..., d // 2:]
-            return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
-
-        eg.rope = rope
-        try:
-            return super().layer(i, h, positions, support, cache, mode, constant_g)
-        finally:
-            eg.rope = orig
-
-    def rotate_queries(self, i, h, positions, constant_g):
-        c = self.config
-        return eg.rope(self.heads(self.linear(h, f"decoder.dec_layers.{i}.mha1.wq")), positions, c.rope_base, c.rope_style)
-
-
-class TorchtuneRope32(_Base):
-    decoder_class = _TorchtuneRope
-    dtypes = ("float32",)
-
-
-# C4. a kv/kvg-only decoder that returns step_logits=None when max_new_tokens == 0 and tokens int32
-class _Int32Tokens(eg.EagerDecoder):
-    pass
-
-
-class Int32Tokens(_Base):
-    decoder_class = _Int32Tokens
-
-    def generate(self, state_dict, config, prompt, max_new_tokens, *, mode, constant_g=None):
-        out = super().generate(state_dict, config, prompt, max_new_tokens, mode=mode, constant_g=constant_g)
-        return GenerateOutput(out.tokens.to(torch.int32), None if max_new_tokens == 0 else out.step_logits)
 
 
 # ---------------------------------------------------------------------------------------------
