@@ -719,10 +719,12 @@ def check_thread_counts(ctx: Context) -> None:
     with several splits."""
     import torch
 
+    counts = thread_counts()
+
     def body(c: sh.AttentionCase) -> None:
         before = torch.get_num_threads()
         try:
-            for n in thread_counts():
+            for n in counts:
                 torch.set_num_threads(n)
                 _attention_case_check(ctx, c, what=f"attention at {n} intra-op threads")
         finally:

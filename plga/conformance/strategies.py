@@ -176,9 +176,7 @@ class AttentionCase:
         """Whether some query row has no allowed key (causal ∩ padding, or a fully padded batch row)."""
         if self.pad is None:
             return False
-        allowed = ~self.pad[:, None, :]  # [B, 1, T]
-        if self.causal:  # query i sits at position T − S + i (bottom-right)
-            allowed = allowed & (np.arange(self.t)[None, :] <= np.arange(self.s)[:, None] + self.t - self.s)[None]
+        allowed = oracle.support_np(self.b, self.s, self.t, causal=self.causal, key_padding_mask=self.pad)  # [B, 1, S, T]
         return bool((~allowed.any(axis=-1)).any())
 
     def regions(self) -> dict[str, str]:
