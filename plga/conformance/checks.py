@@ -273,15 +273,26 @@ def _baselines(t: dict[str, Any], **kw: Any) -> list[Any]:
     return out
 
 
-def _max_scaled_score(t: dict[str, Any], causal: bool, scale: float | None) -> tuple[float, float]:
-    """(max |scaled score| over all pairs, over the allowed pairs), float64."""
+def _scaled_scores(t: dict[str, Any], causal: bool, scale: float | None) -> tuple[np.ndarray, np.ndarray | None]:
+    """(the exact scaled scores scale · q G kᵀ [B, H, S, T], the allowed pairs or None), float64."""
     q, k = oracle.to_np(t["q"]), oracle.to_np(t["k"])
     d = q.shape[-1]
     g = np.eye(d) if t["G"] is None else oracle.to_np(t["G"])
-    x = np.abs((q @ g) @ np.swapaxes(k, -1, -2)) * (1 / math.sqrt(d) if scale is None else scale)  # [B, H, S, T]
+    x = ((q @ g) @ np.swapaxes(k, -1, -2)) * (1 / math.sqrt(d) if scale is None else scale)  # [B, H, S, T]
     allowed = oracle.support_np(q.shape[0], q.shape[2], k.shape[2], causal=causal, key_padding_mask=t["key_padding_mask"])
-    on = x if allowed is None else np.where(allowed, x, 0.0)
-    return (float(x.max()) if x.size else 0.0), (float(on.max()) if on.size else 0.0)
+    return x, allowed
+
+
+def _max_abs(x: np.ndarray, allowed: np.ndarray | None) -> tuple[float, float]:
+    """(max |x| over all pairs, over the allowed pairs); 0 where there are none."""
+    a = np.abs(x)  # the absolute value of the scaled score: a negative scale flips signs, not sizes
+    on = a if allowed is None else np.where(allowed, a, 0.0)
+    return (float(a.max()) if a.size else 0.0), (float(on.max()) if on.size else 0.0)
+
+
+def _max_scaled_score(t: dict[str, Any], causal: bool, scale: float | None) -> tuple[float, float]:
+    """(max |scaled score| over all pairs, over the allowed pairs), float64."""
+    return _max_abs(*_scaled_scores(t, causal, scale))
 
 
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None) -> float:
@@ -308,11 +319,8 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)  # [B, H, T, dv]
     if not v.size:
         return 0.0
-    q, k = oracle.to_np(t["q"]), oracle.to_np(t["k"])
-    d = q.shape[-1]
-    g = np.eye(d) if t["G"] is None else oracle.to_np(t["G"])
-    x = ((q @ g) @ np.swapaxes(k, -1, -2)) * (1 / math.sqrt(d) if scale is None else scale)  # [B, H, S, T]
-    allowed = oracle.support_np(q.shape[0], q.shape[2], k.shape[2], causal=causal, key_padding_mask=t["key_padding_mask"])
+    x, allowed = _scaled_scores(t, causal, scale)  # [B, H, S, T]
+    score = _max_abs(x, allowed)[1]
     allowed = np.ones(x.shape, dtype=bool) if allowed is None else np.broadcast_to(allowed, x.shape)
     x = np.where(allowed, x, -np.inf)
     top = x.max(axis=-1, keepdims=True)  # [B, H, S, 1]; −inf on a row with no allowed key
@@ -321,7 +329,7 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     w = w / np.where(empty, 1.0, w.sum(axis=-1, keepdims=True))  # P [B, H, S, T]
     weighted = w @ v  # Σⱼ Pⱼ |vⱼ| [B, H, S, dv]
     weighted = np.where(empty, v.max(axis=(-2, -1), keepdims=True), weighted)
-    return float(weighted.max()) * (1.0 + r * _max_scaled_score(t, causal, scale)[1])
+    return float(weighted.max()) * (1.0 + r * score)
 
 
 def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, finite_mask: bool = False) -> None:

@@ -225,3 +225,17 @@ def test_a_long_context_output_is_judged_at_its_own_size(monkeypatch):
 
     monkeypatch.setattr(checks, "attention_magnitude", old)
     assert check_kernel(halved_past_1024_keys, checks=checks_, profile="quick", shrink=False).verdict == "PASS"
+
+
+def test_a_negative_scale_is_sized_by_its_scores_absolute_value():
+    """|scale · q G kᵀ|, not |q G kᵀ| · scale: before, a negative scale made the "largest
+    |scaled score|" ≤ 0, so the 1e3 conditioning bound never rejected a negative-scale case and
+    the floor's score factor shrank below 1."""
+    t, causal, _ = _unit_case()  # one scaled score of 64 at scale 1/√4
+    for scale in (0.5, -0.5):
+        assert checks._max_scaled_score(t, causal, scale) == (64.0, 64.0)
+    assert checks.attention_magnitude(t, causal, -0.5) == checks.attention_magnitude(t, causal, 0.5)
+    assert checks.attention_magnitude(t, causal, -0.5) > checks.attention_magnitude(t, causal, 0.0)
+    huge = dict(t, q=t["q"] * 32)  # a scaled score of ±2048 (past the 1e3 conditioning bound) at either sign
+    for scale in (0.5, -0.5):
+        assert checks._max_scaled_score(huge, causal, scale)[0] > sh.MAX_ABS_SCORE
