@@ -1049,11 +1049,16 @@ def check_cache_modes(ctx: Context) -> None:
     _generation_check(ctx, body)
 
 
-@register("collapsed_equals_kvg", "cache", requires=("cache_kvg", "collapsed"))
+@register("collapsed_equals_kvg", "cache", requires=("collapsed", "cache_kv"))
 def check_collapsed_equals_kvg(ctx: Context) -> None:
-    """Decoding with the constant G = the prompt's cached G_LM equals KVG decoding (single prompts);
-    decoding with a random constant G matches the reference (the prompt pass uses G too)."""
+    """Collapsed decoding (inference collapse, the learned chain replaced by a constant G): with
+    G = the prompt's own G_LM it decodes as the reference's KVG decoding does (single prompts; and
+    as the implementation's own KVG decoding, where it declares kvg); with a random constant G
+    the whole padded batch decodes as the reference does (the prompt pass uses G too). Gated on
+    collapsed and kv alone: collapsed decoding runs on the KV cache, with or without a G-cache."""
     import torch
+
+    with_kvg = ctx.adapter.provides("cache_kvg")
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, n, note = c.config, c.new_tokens, c.note()
@@ -1061,21 +1066,22 @@ def check_collapsed_equals_kvg(ctx: Context) -> None:
         _assume_power_conditioned(ctx, state, config, prompt)
         res = oracle.truth_forward(state, config, prompt)
         gs = [torch.from_numpy(np.asarray(d["G_LM"])[0]).to(device=ctx.device, dtype=ctx.torch_dtype) for d in res.deductive]
-        kvg = _gen(ctx, state, config, prompt, n, "kvg")
         col = _gen(ctx, state, config, prompt, n, "collapsed", gs)
-        truth = oracle.truth_generate(state, config, prompt, n, "kvg")
-        _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg"), what="kvg decoding", note=note)
         truth_col = oracle.truth_generate(state, config, prompt, n, "collapsed", gs)
         _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, prompt, n, "collapsed", gs),
                             what="collapsed decoding (G = the prompt's G_LM)", note=note)
+        if with_kvg:
+            kvg = _gen(ctx, state, config, prompt, n, "kvg")
+            truth = oracle.truth_generate(state, config, prompt, n, "kvg")
+            _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg"), what="kvg decoding", note=note)
         # and with a G unrelated to the prompt, where running the learned chain on the prompt shows
         rng = np.random.default_rng(c.seed + 17)
         other = [torch.from_numpy(rng.standard_normal(tuple(g.shape)) / math.sqrt(g.shape[-1])).to(device=ctx.device,
                                                                                                       dtype=ctx.torch_dtype)
                  for g in gs]
-        col = _gen(ctx, state, config, prompt, n, "collapsed", other)
-        truth_col = oracle.truth_generate(state, config, prompt, n, "collapsed", other)
-        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, prompt, n, "collapsed", other),
+        col = _gen(ctx, state, config, c.tokens, n, "collapsed", other)
+        truth_col = oracle.truth_generate(state, config, c.tokens, n, "collapsed", other)
+        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, c.tokens, n, "collapsed", other),
                             what="collapsed decoding (a random G)", note=note)
 
     _generation_check(ctx, body)

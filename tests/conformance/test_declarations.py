@@ -134,3 +134,21 @@ def test_checks_draw_only_the_masks_an_implementation_declares():
     assert set(report.coverage()["structure"]["mask"]) == {"none"}
     # control: the same kernel with a wrong scale fails those checks
     assert check_kernel(_maskless(scale_bug=True), profile="quick").verdict == "FAIL"
+
+
+def test_collapsed_decoding_is_judged_without_a_g_cache():
+    """``collapsed_equals_kvg`` needs ``collapsed`` and ``cache_kv``: it used to need
+    ``cache_kvg`` too and skipped a decoder declaring collapsed decoding on a KV cache alone
+    (only ``state_between_calls`` decoded it then)."""
+    from plga.conformance.adapters import kernels
+    from plga.conformance.controls import CONTROLS
+
+    caps = frozenset({"forward", "collapsed", "cache_kv"})
+    wrong = CONTROLS["collapsed_steps_plain_sdpa"].make()
+    wrong.capabilities = caps
+    report = check_kernel(wrong, checks=["collapsed_equals_kvg"], dtypes=["float32"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"collapsed_equals_kvg"}, report.summary()
+    right = kernels()  # the project's kernels, declaring no G-cache
+    right.capabilities = caps
+    report = check_kernel(right, checks=["collapsed_equals_kvg"], dtypes=["float32"], profile="quick")
+    assert report.verdict == "PASS" and {r.status for r in report.results} == {"passed"}, report.summary()

@@ -159,12 +159,11 @@ class _WrongDecoder(Adapter):
         return GenerateOutput(out.tokens, self._scaled(out.step_logits, at))
 
 
-_ALL_BUT_COLLAPSED_EQ = tuple(c for c in DECODER_CHECKS if c != "collapsed_equals_kvg")  # that check decodes single prompts
 _GENERATION = tuple(c for c in DECODER_CHECKS if c not in ("forward_logits", "forward_collapsed"))
 
 DECODER_REGIONS = [
     ("positions past 16", lambda a: a.position >= 16, DECODER_CHECKS),
-    ("batch >= 4", lambda a: a.batch >= 4, _ALL_BUT_COLLAPSED_EQ),
+    ("batch >= 4", lambda a: a.batch >= 4, DECODER_CHECKS),
     # a second audit: knobs of the configuration and sizes no case reached
     ("positions past 256", lambda a: a.position >= 256, DECODER_CHECKS),
     ("rope_base other than 10000", lambda a: a.config.rope_base != 10000.0, DECODER_CHECKS),
@@ -173,9 +172,9 @@ DECODER_REGIONS = [
     ("head dim > 16", lambda a: a.config.depth > 16, DECODER_CHECKS),
     ("4 layers or more", lambda a: a.config.num_layers >= 4, DECODER_CHECKS),
     ("vocabulary > 64", lambda a: a.config.input_vocab_size > 64, DECODER_CHECKS),
-    ("batch >= 5", lambda a: a.batch >= 5, _ALL_BUT_COLLAPSED_EQ),
+    ("batch >= 5", lambda a: a.batch >= 5, DECODER_CHECKS),
     ("the 5th new token on", lambda a: a.step is not None and a.step >= 4, _GENERATION),
-    ("generation prompts of 17-32 tokens", lambda a: a.prompt is not None and 17 <= a.prompt <= 32, _ALL_BUT_COLLAPSED_EQ[2:]),
+    ("generation prompts of 17-32 tokens", lambda a: a.prompt is not None and 17 <= a.prompt <= 32, _GENERATION),
 ]
 
 

@@ -105,6 +105,16 @@ class KvRecomputesFromNewRows(eg.EagerDecoder):
         return super().cached_operator(i, cache, mode)
 
 
+class CollapsedStepsPlainSdpa(eg.EagerDecoder):
+    """Collapsed decoding's cached steps attend with G = I (a fused-SDPA step path that forgets
+    the constant G); the prompt pass and every other mode are right."""
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        if constant_g is not None:
+            constant_g = [torch.eye(g.shape[-1], dtype=g.dtype, device=g.device).expand_as(g) for g in constant_g]
+        return super().step(tokens, caches, mode, constant_g)
+
+
 class DecoderControl(EagerAdapter):
     """An eager-decoder adapter with one decoder bug (``decoder_class``); no attention or chain."""
 
@@ -128,6 +138,6 @@ class DecoderControl(EagerAdapter):
 
 
 __all__ = [
-    "DecoderControl", "FirstDenseBlockOnly", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo", "LastResidualUnitSkipped",
+    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo", "LastResidualUnitSkipped",
     "PaddingIgnoredAfterPrompt", "RotateHalfAsInterleaved", "RowLengthsMixed", "StepPositionsOffByOne",
 ]
