@@ -24,6 +24,7 @@ from .decoders import (
     CollapsedStepsPlainSdpa,
     DecoderControl,
     FirstDenseBlockOnly,
+    GeneratedZerosMasked,
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
@@ -165,6 +166,8 @@ _LIST = [
             _decoder("step_position_table_of_eight", StepPositionTableOfEight), caught_by=_CACHE),
     Control("kv_stale_generator", "kv mode rebuilds G_LM from a wrongly scaled cached A",
             _decoder("kv_stale_generator", KvRecomputesFromNewRows), caught_by=_CACHE),
+    Control("generated_zeros_masked", "cached steps mask each generated token of id 0 as padding",
+            _decoder("generated_zeros_masked", GeneratedZerosMasked), caught_by=_CACHE),
     Control("collapsed_steps_plain_sdpa", "collapsed decoding's cached steps attend with G = I (the constant G is "
             "forgotten after the prompt)", _decoder("collapsed_steps_plain_sdpa", CollapsedStepsPlainSdpa),
             caught_by=("collapsed_equals_kvg", "state_between_calls")),

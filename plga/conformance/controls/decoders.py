@@ -105,6 +105,17 @@ class KvRecomputesFromNewRows(eg.EagerDecoder):
         return super().cached_operator(i, cache, mode)
 
 
+class GeneratedZerosMasked(eg.EagerDecoder):
+    """Cached steps mask every generated token of id 0 as padding (the padding mask rebuilt from
+    ``tokens != 0`` over the generated tokens too); right whenever id 0 is not generated."""
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        logits, new = super().step(tokens, caches, mode, constant_g)
+        for c in new:
+            c.key_allowed[:, -tokens.shape[1]:] &= tokens != 0
+        return logits, new
+
+
 class CollapsedStepsPlainSdpa(eg.EagerDecoder):
     """Collapsed decoding's cached steps attend with G = I (a fused-SDPA step path that forgets
     the constant G); the prompt pass and every other mode are right."""
@@ -138,6 +149,7 @@ class DecoderControl(EagerAdapter):
 
 
 __all__ = [
-    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo", "LastResidualUnitSkipped",
-    "PaddingIgnoredAfterPrompt", "RotateHalfAsInterleaved", "RowLengthsMixed", "StepPositionsOffByOne",
+    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "GeneratedZerosMasked", "KvRecomputesFromNewRows",
+    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "PaddingIgnoredAfterPrompt", "RotateHalfAsInterleaved", "RowLengthsMixed",
+    "StepPositionTableOfEight", "StepPositionsOffByOne",
 ]
