@@ -361,6 +361,16 @@ def check_attention_causal(ctx: Context) -> None:
     _attention_check(ctx, what="attention (causal)", causal=True, paddings=("none",))
 
 
+def _empty_first_queries(c: sh.AttentionCase) -> None:
+    """Causal left padding as a decoder's: batch row 0 padded past the first query's position, so
+    its first queries see only padding keys (their rows are zeros, their gradients 0) while its
+    last query keeps a real key."""
+    if c.causal and c.padding == "left" and c.s > 1:
+        assert c.pad is not None
+        n = int(np.random.default_rng(c.seed + 11).integers(c.t - c.s + 1, c.t))  # T−S+1 … T−1 padded keys
+        c.pad[0] = np.arange(c.t) < n  # query 0 (position T−S) sees only padding; the last query a real key
+
+
 @register("attention_padding", "attention", requires=("attention", "key_padding_mask"))
 def check_attention_padding(ctx: Context) -> None:
     """Key padding (right, left, scattered, fully padded rows; with and without causal) is excluded exactly.
@@ -370,10 +380,7 @@ def check_attention_padding(ctx: Context) -> None:
     keep keys — a kernel that zeroes only fully padded batch rows leaves NaN or a mean there."""
 
     def body(c: sh.AttentionCase) -> None:
-        if c.causal and c.padding == "left" and c.s > 1:
-            assert c.pad is not None
-            n = int(np.random.default_rng(c.seed + 11).integers(c.t - c.s + 1, c.t))  # T−S+1 … T−1 padded keys
-            c.pad[0] = np.arange(c.t) < n  # query 0 (position T−S) sees only padding; the last query a real key
+        _empty_first_queries(c)
         _attention_case_check(ctx, c, what="attention (key padding)")
 
     paddings = ("right", "left", "random", "full_rows")
@@ -478,13 +485,15 @@ def check_attention_backward(ctx: Context) -> None:
 
     The truth is float64 autograd of the eager math (there is no mpmath gradient), so float64
     kernels are not checked here: their truth would be no more precise than they are. Fully
-    padded rows are not drawn here (their gradient is 0 by convention; the forward checks
-    cover the rows). G = None (the identity, no dG) runs in two explicit cases and in the draws:
+    padded batch rows and causal ∩ left padding's queries with no allowed key are drawn as in
+    ``attention_padding``: their output is the constant 0, so their gradients are 0 (a backward
+    that recomputes P as exp(s − lse) with lse = −inf there returns NaN). G = None (the identity, no dG) runs in two explicit cases and in the draws:
     a kernel may take a separate path for it.
     """
     import torch
 
     def body(c: sh.AttentionCase) -> None:
+        _empty_first_queries(c)
         t = c.tensors(ctx.dtype, ctx.device)
         w = torch.from_numpy(np.random.default_rng(c.seed + 3).standard_normal((c.b, c.h, c.s, c.dv))).to(t["q"])
         kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
@@ -512,7 +521,7 @@ def check_attention_backward(ctx: Context) -> None:
                             what=f"attention backward {name}", note=c.describe(), magnitude=mags[i])
 
     fams = ("random", "sentinel", "rank_one")  # the boundary shapes keep a G with a gradient
-    boundary = [c for c in sh.boundary_attention_cases(causal=None, paddings=("none", "right", "left", "random"), families=fams,
+    boundary = [c for c in sh.boundary_attention_cases(causal=None, paddings=("none", "right", "left", "random", "full_rows"), families=fams,
                                                        seed=ctx.seed)
                 if c.t * c.s * c.h * c.b <= 40000]
     boundary += [  # G = None: small odd sizes with left padding; batch 4, 8 heads, 48 keys, causal
@@ -521,7 +530,8 @@ def check_attention_backward(ctx: Context) -> None:
         sh.AttentionCase(4, 8, 7, 48, 32, 32, "none", False, True, "right", None, (ctx.seed * 7919 + 102) % 2**32,
                          label="boundary: G=None, causal"),
     ]
-    run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right", "random"), families=("none", *fams)),
+    run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right", "left", "random", "full_rows"),
+                                         families=("none", *fams)),
                  body, factor=0.5, boundary=boundary)
 
 

@@ -133,6 +133,9 @@ _LIST = [
     Control("dk_missing_scale", "the FA-2 backward forgets the scale in dK", _tiled("dk_missing_scale", "dk_missing_scale"),
             caught_by=_BWD),
     Control("dg_transposed", "the backward returns dGᵀ", _tiled("dg_transposed", "dg_transposed"), caught_by=_BWD),
+    Control("backward_empty_rows_nan", "the FA-2 backward recomputes P = exp(s − lse) with lse = −inf on query rows "
+            "with no allowed key: NaN gradients there (the forward is right)",
+            _tiled("backward_empty_rows_nan", "backward_empty_rows_nan"), caught_by=_BWD),
     # in-place mutators (results right, inputs modified)
     Control("writes_qg_into_q", "writes q G back into q (then uses G = I)", _tiled("writes_qg_into_q", mutate="q"),
             caught_by=_ATT),

@@ -186,6 +186,8 @@ class FlashBackward(torch.autograd.Function):
         qg = q if G is None else q @ G
         delta = (dout * out).sum(dim=-1, keepdim=True)  # D = rowsum(dO ∘ O) [B, H, S, 1]
         lse_ = torch.where(torch.isfinite(lse), lse, torch.full_like(lse, math.inf))[..., None]
+        if bug == "backward_empty_rows_nan":  # P = exp(−inf − (−inf)) = NaN on rows with no key
+            lse_ = lse[..., None]
         dqg = torch.zeros_like(qg)
         dk, dv = torch.zeros_like(k), torch.zeros_like(v)
         for k0 in range(0, t, tiling.key_block):
