@@ -295,6 +295,13 @@ def _max_scaled_score(t: dict[str, Any], causal: bool, scale: float | None) -> t
     return _max_abs(*_scaled_scores(t, causal, scale))
 
 
+def score_precision_ratio(dtype: str) -> float:
+    """r = u(the precision a sound kernel keeps scores, log-sum-exp and accumulators in: float32
+    or wider) / u(its inputs' dtype): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for
+    float16. Terms rounded only at that precision enter a floor in the inputs' ulp times r."""
+    return min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
+
+
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None) -> float:
     """Magnitude of the terms entering attention out, in units of the inputs' dtype:
     max over outputs of Σⱼ Pⱼ |vⱼ| · (1 + r · max|allowed scaled score|).
@@ -314,8 +321,7 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     u(inputs): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for float16. Kernels that
     keep scores in bfloat16 or float16 are judged by the baselines, which do the same.
     """
-    dtype = dtype_name(t["q"])
-    r = min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
+    r = score_precision_ratio(dtype_name(t["q"]))
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)  # [B, H, T, dv]
     if not v.size:
         return 0.0
@@ -452,31 +458,54 @@ def check_attention_trained_g(ctx: Context) -> None:
                  lambda c: _attention_case_check(ctx, c, what="attention (trained G_LM)"), factor=0.5, boundary=paper)
 
 
-def _abs_backward_magnitudes(t: dict[str, Any], w: Any, kw: dict[str, Any]) -> list[float]:
-    """Magnitudes of the terms entering dQ, dK, dV, dG (absolute-value chain of the backward
-    products, float64; see :mod:`plga.conformance.tolerance`)."""
+def backward_magnitudes(t: dict[str, Any], w: Any, kw: dict[str, Any], score_max: float) -> list[float]:
+    """Magnitudes of the terms entering dQ, dK, dV, dG, in units of the inputs' dtype (float64).
+
+    Two sources of rounding in a sound kernel, whichever is larger:
+
+    * **intermediates rounded to the inputs' dtype** — P, dS = P∘(dP − D), q G (FA-2 feeds
+      them to its products in bfloat16 / float16): u times the products of their *exact*
+      absolute values, dV: Pᵀ|dO|; dQ': scale · P∘(|dO Vᵀ| + |D|) |K|, dQ: |dQ'| |G|ᵀ;
+      dK: scale · (P∘(|dO Vᵀ| + |D|))ᵀ |q G|; dG: |q|ᵀ |dQ'|;
+    * **accumulation in float32**: u(float32) times the absolute-value chain of the backward
+      products (|dO||V|ᵀ for dO Vᵀ, Σ|dO||O| for D, |q||G| for q G), i.e. r times it in the
+      inputs' ulp (r = :func:`score_precision_ratio`; 1 for float32 kernels, where the chain,
+      the larger, is the whole magnitude).
+
+    Both times the softmax's score factor (1 + r · max|allowed scaled score|), P being
+    recomputed from a log-sum-exp kept in float32. The chain alone, in the inputs' ulp, ran to
+    7–700× the gradients at bfloat16 (their sums cancel), above max|gradient| in 52 of 89
+    comparisons: a backward that dropped a block of dK or dQ passed.
+    """
     import torch
 
     q, k, v = (t[n].double().cpu() for n in ("q", "k", "v"))  # on the CPU, whatever the kernel's device
     d = q.shape[-1]
     g = torch.eye(d, dtype=torch.float64) if t["G"] is None else t["G"].double().cpu()
     scale = 1 / math.sqrt(d) if kw["scale"] is None else kw["scale"]
-    qg = q @ g  # [B, H, S, d]
     kpm = None if kw["key_padding_mask"] is None else kw["key_padding_mask"].cpu()
     allowed = eg.attention_support(q.shape[2], k.shape[2], causal=kw["causal"], key_padding_mask=kpm)
+    qg = q @ g  # [B, H, S, d]
     x = (qg @ k.transpose(-1, -2)) * scale
     if allowed is not None:
         x = x.masked_fill(~allowed, float("-inf"))
     p = torch.softmax(x, dim=-1).nan_to_num(0.0)  # [B, H, S, T]
-    do = w.double().cpu().abs()  # [B, H, S, dv]
-    o = (p @ v).abs()
-    ds = p * (do @ v.abs().transpose(-1, -2) + (do * o).sum(-1, keepdim=True))  # [B, H, S, T]
-    dqg = scale * ds @ k.abs()  # [B, H, S, d]
-    dq = dqg @ g.abs().transpose(-1, -2)
-    dk = scale * ds.transpose(-1, -2) @ (q.abs() @ g.abs())
-    dv = p.transpose(-1, -2) @ do
-    dg = q.abs().transpose(-1, -2) @ dqg  # [B, H, d, d]
-    return [float(m.max()) if m.numel() else 0.0 for m in (dq, dk, dv, dg)]
+    do = w.double().cpu()  # [B, H, S, dv]
+    o = p @ v
+    ds_exact = p * ((do @ v.transpose(-1, -2)).abs() + (do * o).sum(-1, keepdim=True).abs())  # [B, H, S, T]
+    ds_chain = p * (do.abs() @ v.abs().transpose(-1, -2) + (do.abs() * o.abs()).sum(-1, keepdim=True))
+    r = score_precision_ratio(dtype_name(t["q"]))
+
+    def grads(ds: Any, qg_abs: Any) -> list[Any]:
+        dqg = scale * ds @ k.abs()  # [B, H, S, d]
+        dq = dqg @ g.abs().transpose(-1, -2)
+        dk = scale * ds.transpose(-1, -2) @ qg_abs
+        dv = p.transpose(-1, -2) @ do.abs()
+        dg = q.abs().transpose(-1, -2) @ dqg  # [B, H, d, d]
+        return [float(m.max()) if m.numel() else 0.0 for m in (dq, dk, dv, dg)]
+
+    exact, chain = grads(ds_exact, qg.abs()), grads(ds_chain, q.abs() @ g.abs())
+    return [max(e, r * c) * (1.0 + r * score_max) for e, c in zip(exact, chain, strict=True)]
 
 
 @register("attention_backward", "attention", requires=("attention", "backward"), dtypes=("float32", "bfloat16", "float16"))
@@ -515,7 +544,7 @@ def check_attention_backward(ctx: Context) -> None:
         truth = grads(eg.plga_attention, torch.float64)
         kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype, foreign=True)
         base = [grads(eg.plga_attention, t["q"].dtype, order=o) for o in eg.ATTENTION_ORDERS]
-        mags = [m * (1.0 + smax_allowed) for m in _abs_backward_magnitudes(t, w, kw)]
+        mags = backward_magnitudes(t, w, kw, smax_allowed)
         for i, name in enumerate(("dq", "dk", "dv", "dG")[: len(names)]):
             assert_conforms(kern[i], [b[i] for b in base], truth[i], dtype=ctx.dtype, k=k_for("attention_backward"),
                             what=f"attention backward {name}", note=c.describe(), magnitude=mags[i])

@@ -23,9 +23,11 @@ The kernel passes when
 with a = truth rounded to the kernel's dtype (the floor is computed in that dtype) and M the
 *magnitude of the terms that enter the computation*, supplied by the check from the inputs
 (an a-priori error scale, as in γₙ·|A||B| bounds): for attention out M = max Σⱼ Pⱼ|vⱼ|
-(|P||V| of the product P V); for the gradients the absolute-value chain of the backward
-products (dV: |P|ᵀ|dO|; dQ, dK: scale·P∘(|dO||V|ᵀ + rowsum|dO||O|) times |K| or |Q G|; dG:
-|Q|ᵀ|dQ'|). Where the true result is exactly 0 or tiny beside large terms — a gradient entry
+(|P||V| of the product P V); for the gradients the larger of the products of the exact
+intermediates' absolute values (P, dS, q G: what a kernel may round to its dtype) and, in
+float32 ulp, the absolute-value chain of the backward products (dV: |P|ᵀ|dO|; dQ, dK:
+scale·P∘(|dO||V|ᵀ + rowsum|dO||O|) times |K| or |Q||G|; dG: |Q|ᵀ|dQ'|; see
+``checks.backward_magnitudes``). Where the true result is exactly 0 or tiny beside large terms — a gradient entry
 where two products cancel — a sound algorithm (P recomputed from a saved log-sum-exp,
 D = rowsum(dO∘O), online softmax over key blocks, split-K, another reduction order) leaves a
 few ulp *of the terms*, not of the result; a floor tied to |truth| alone would shrink to

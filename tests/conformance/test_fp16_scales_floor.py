@@ -239,3 +239,42 @@ def test_a_negative_scale_is_sized_by_its_scores_absolute_value():
     huge = dict(t, q=t["q"] * 32)  # a scaled score of ±2048 (past the 1e3 conditioning bound) at either sign
     for scale in (0.5, -0.5):
         assert checks._max_scaled_score(huge, causal, scale)[0] > sh.MAX_ABS_SCORE
+
+
+def _upcast_bf16(drop_dk_tail: bool) -> Any:
+    """bfloat16 attention computed in float32 by autograd (a sound kernel's precision), rounded
+    once; with ``drop_dk_tail`` the backward leaves dK of the keys past the last full block of
+    128 at zero (a key-block loop that drops its partial tail, only in the backward)."""
+
+    def attn(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+             scale: float | None = None) -> Any:
+        kf = k.float()
+        t = kf.shape[2]
+        if drop_dk_tail and t > 128 and t % 128 and kf.requires_grad:
+            keep = (torch.arange(t) < t - t % 128).to(kf)[:, None]
+            kf.register_hook(lambda grad: grad * keep)
+        out = eg.plga_attention(q.float(), kf, v.float(), None if G is None else G.float(), causal=causal,
+                                key_padding_mask=key_padding_mask, scale=scale)
+        return out.to(q.dtype)
+
+    return _declare(attn, ("bfloat16",), (*ATTENTION, "backward"))
+
+
+def test_bfloat16_gradients_are_judged_at_their_own_size(monkeypatch):
+    """The backward's floor counts float32 accumulation in float32 ulp and the intermediates a
+    kernel rounds to bfloat16 (P, dS, q G) at their exact size: the absolute-value chain in
+    bfloat16 ulp ran to 7–700× the gradients, and a backward that dropped dK's last key block
+    passed."""
+    report = check_kernel(_upcast_bf16(drop_dk_tail=True), checks=["attention_backward"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"attention_backward"}, report.summary()
+    assert check_kernel(_upcast_bf16(drop_dk_tail=False), checks=["attention_backward"], profile="quick").verdict == "PASS"
+    # negative control: the whole chain in bfloat16 ulp, as before
+    real = checks.backward_magnitudes
+
+    def old(t: dict[str, Any], w: Any, kw: dict[str, Any], score_max: float) -> list[float]:
+        wide = dict(t, q=t["q"].float())  # at float32 the chain is the magnitude (r = 1)
+        return real(wide, w, kw, score_max)
+
+    monkeypatch.setattr(checks, "backward_magnitudes", old)
+    assert check_kernel(_upcast_bf16(drop_dk_tail=True), checks=["attention_backward"], profile="quick",
+                        shrink=False).verdict == "PASS"
