@@ -1014,6 +1014,11 @@ def _generation_compare(ctx: Context, got: Any, truth: Any, baselines: Sequence[
     s0 = t_tokens.shape[1] - n
     if not np.array_equal(tokens[:, :s0], t_tokens[:, :s0]):
         raise ConformanceFailure(f"{what}: the returned tokens do not start with the prompt\n{note}")
+    steps = got.step_logits
+    if steps is None or tuple(steps.shape) != tuple(t_steps.shape):
+        raise ConformanceFailure(f"{what}: step logits shape {None if steps is None else tuple(steps.shape)} "
+                                 f"!= expected {t_steps.shape}\n{note}")
+    _assert_greedy(tokens[:, s0:], oracle.to_np(steps), what=what, note=note)
     # the common prefix of steps where kernel, truth and every baseline chose the same tokens
     agree = n
     for b in [tokens, *[np.asarray(oracle.to_np(x[0])).astype(np.int64) for x in baselines]]:
@@ -1022,10 +1027,6 @@ def _generation_compare(ctx: Context, got: Any, truth: Any, baselines: Sequence[
             agree = min(agree, int(diff[0]) + 1)  # the step's logits are comparable, the token may differ
     bounds = np.zeros(tokens.shape[0])  # each sequence's logit tolerance
     if agree:
-        steps = got.step_logits
-        if steps is None or tuple(steps.shape) != tuple(t_steps.shape):
-            raise ConformanceFailure(f"{what}: step logits shape {None if steps is None else tuple(steps.shape)} "
-                                     f"!= expected {t_steps.shape}\n{note}")
         cmp = assert_conforms(steps[:, :agree], [x[1][:, :agree] for x in baselines], t_steps[:, :agree], dtype=ctx.dtype,
                               k=k_for(ctx.name), what=f"{what} step logits", note=note, per_sequence=True)
         bounds[:] = cmp.sequence_bounds or cmp.bound
@@ -1042,6 +1043,23 @@ def _generation_compare(ctx: Context, got: Any, truth: Any, baselines: Sequence[
                 f"{what}: token at step {step} of sequence {r} differs from the reference ({int(tokens[r, s0 + step])} vs "
                 f"{int(t_tokens[r, s0 + step])}) although the reference margin {margin:.3e} exceeds 2 × the "
                 f"sequence's logit tolerance {bounds[r]:.3e} (criterion 2B < margin ⇒ identical greedy tokens)\n{note}")
+
+
+def _assert_greedy(new_tokens: np.ndarray, steps: np.ndarray, *, what: str, note: str) -> None:
+    """Greedy decoding: every new token is a maximiser of its own step's returned logits
+    (rounding is monotone, so a choice made on wider logits stays a maximiser of the rounded
+    ones). Holds at every step, also after the tokens part from the reference's."""
+    steps = np.asarray(steps, dtype=np.float64)  # [B, N, V]
+    if not steps.size:
+        return
+    chosen = np.take_along_axis(steps, new_tokens[..., None].clip(0, steps.shape[-1] - 1), axis=-1)[..., 0]  # [B, N]
+    bad = np.argwhere((chosen < steps.max(axis=-1)) | (new_tokens < 0) | (new_tokens >= steps.shape[-1]))
+    if bad.size:
+        b, i = (int(x) for x in bad[0])
+        raise ConformanceFailure(
+            f"{what}: the token at step {i} of sequence {b} ({int(new_tokens[b, i])}) is not a maximiser of that step's "
+            f"returned logits (its logit {chosen[b, i]:.6g}, the largest {steps[b, i].max():.6g} at id "
+            f"{int(steps[b, i].argmax())}): greedy decoding takes the argmax\n{note}")
 
 
 def _generation_check(ctx: Context, body: Callable[[DecoderCase, dict[str, Any]], None]) -> None:

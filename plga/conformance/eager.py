@@ -400,6 +400,10 @@ class EagerDecoder:
             new.append(cache)
         return self.linear(h, "final_layer"), new
 
+    def choose(self, logits: Tensor) -> Tensor:
+        """Greedy choice: the argmax of each row's logits [B, V] → [B, 1]."""
+        return logits.argmax(-1, keepdim=True)
+
     def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Sequence[Tensor] | None = None) -> tuple[Tensor, Tensor]:
         """Greedy decoding → (tokens [B, S+N], step_logits [B, N, V]) in ``mode``."""
         tokens = torch.as_tensor(prompt, device=self.device).long()
@@ -408,7 +412,7 @@ class EagerDecoder:
             for _ in range(max_new_tokens):
                 logits = self.forward(tokens, constant_g)[0][:, -1]
                 steps.append(logits)
-                tokens = torch.cat([tokens, logits.argmax(-1, keepdim=True)], dim=1)
+                tokens = torch.cat([tokens, self.choose(logits)], dim=1)
         elif max_new_tokens:
             if mode == "collapsed" and constant_g is None:
                 raise ValueError("mode 'collapsed' needs constant_g")
@@ -417,7 +421,7 @@ class EagerDecoder:
             cached_mode = "kvg" if mode == "collapsed" else mode
             for n in range(max_new_tokens):
                 steps.append(logits)
-                nxt = logits.argmax(-1, keepdim=True)
+                nxt = self.choose(logits)
                 tokens = torch.cat([tokens, nxt], dim=1)
                 if n + 1 < max_new_tokens:
                     out, caches = self.step(nxt, caches, cached_mode, constant_g)

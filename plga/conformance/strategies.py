@@ -466,10 +466,13 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: step count of 4); a 260-token prompt decoding 3 (positions past 256: a RoPE table of 256,
 #: positions held in bfloat16); a 5-token prompt decoding 20 (cached steps past 8 and 16: a
 #: step-position table, a cache page or a step loop sized 8/16 ends; the drawn cases decode ≤ 6);
-#: and on the 6-layer configuration a forward of its whole context (24 positions: the last row
-#: of a RoPE table) and a 12-token prompt decoding 12 (to the context's end).
+#: on the 6-layer configuration a forward of its whole context (24 positions: the last row
+#: of a RoPE table) and a 12-token prompt decoding 12 (to the context's end); last, caches that
+#: grow past 32, 64, 128 and 256 keys during decoding (30 → 36, 60 → 68, 125 → 131, 250 → 260:
+#: a paged or blocked KV cache whose next page is allocated wrongly shows only there).
 BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
     (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3), (1, 2, 5, 20), (7, 2, 24, 0), (7, 1, 12, 12),
+    (1, 2, 30, 6), (6, 1, 60, 8), (6, 1, 125, 6), (6, 1, 250, 10),
 )
 
 

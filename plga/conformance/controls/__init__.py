@@ -25,12 +25,14 @@ from .decoders import (
     DecoderControl,
     FirstDenseBlockOnly,
     GeneratedZerosMasked,
+    KvPageAliased,
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
     PaddingIgnoredAfterPrompt,
     RotateHalfAsInterleaved,
     RowLengthsMixed,
+    SecondBestNearTie,
     StepPositionsOffByOne,
     StepPositionTableOfEight,
 )
@@ -171,6 +173,10 @@ _LIST = [
             _decoder("kv_stale_generator", KvRecomputesFromNewRows), caught_by=_CACHE),
     Control("generated_zeros_masked", "cached steps mask each generated token of id 0 as padding",
             _decoder("generated_zeros_masked", GeneratedZerosMasked), caught_by=_CACHE),
+    Control("kv_page_aliased", "a paged KV cache (64-key pages) whose decoding steps write each new page over the "
+            "page before it", _decoder("kv_page_aliased", KvPageAliased), caught_by=_CACHE),
+    Control("second_best_near_tie", "greedy decoding takes the second-best token when it is within 0.5 of the best "
+            "(the step logits right)", _decoder("second_best_near_tie", SecondBestNearTie), caught_by=_CACHE),
     Control("collapsed_steps_plain_sdpa", "collapsed decoding's cached steps attend with G = I (the constant G is "
             "forgotten after the prompt)", _decoder("collapsed_steps_plain_sdpa", CollapsedStepsPlainSdpa),
             caught_by=("collapsed_equals_kvg", "state_between_calls")),

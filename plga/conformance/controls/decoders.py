@@ -116,6 +116,39 @@ class GeneratedZerosMasked(eg.EagerDecoder):
         return logits, new
 
 
+class SecondBestNearTie(eg.EagerDecoder):
+    """Greedy decoding that takes the second-best token when it is within 0.5 of the best (a
+    sampler's top-2 left on): the step logits are right, the choices are not."""
+
+    def choose(self, logits: Tensor) -> Tensor:
+        top = logits.topk(2, dim=-1)
+        near = (top.values[:, 0] - top.values[:, 1]) < 0.5
+        return torch.where(near, top.indices[:, 1], top.indices[:, 0])[:, None]
+
+
+class KvPageAliased(eg.EagerDecoder):
+    """A paged KV cache of 64-key pages whose page table is off by one for the pages a decoding
+    step allocates: each key written there also overwrites the key 64 positions earlier. Right
+    until decoding crosses a page boundary (the prompt's own pages are right)."""
+
+    PAGE = 64
+    prompt_len: int | None = None
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        t_old = caches[0].k.shape[2]
+        if self.prompt_len is None:
+            self.prompt_len = t_old
+        logits, new = super().step(tokens, caches, mode, constant_g)
+        first_new_page = -(-self.prompt_len // self.PAGE)  # pages the prompt pass allocated: 0 … first_new_page − 1
+        for c in new:
+            for p in range(t_old, c.k.shape[2]):
+                if p // self.PAGE >= first_new_page:
+                    c.k, c.v = c.k.clone(), c.v.clone()
+                    c.k[:, :, p - self.PAGE] = c.k[:, :, p]
+                    c.v[:, :, p - self.PAGE] = c.v[:, :, p]
+        return logits, new
+
+
 class CollapsedStepsPlainSdpa(eg.EagerDecoder):
     """Collapsed decoding's cached steps attend with G = I (a fused-SDPA step path that forgets
     the constant G); the prompt pass and every other mode are right."""
@@ -149,7 +182,7 @@ class DecoderControl(EagerAdapter):
 
 
 __all__ = [
-    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "GeneratedZerosMasked", "KvRecomputesFromNewRows",
+    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
     "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "PaddingIgnoredAfterPrompt", "RotateHalfAsInterleaved", "RowLengthsMixed",
-    "StepPositionTableOfEight", "StepPositionsOffByOne",
+    "SecondBestNearTie", "StepPositionTableOfEight", "StepPositionsOffByOne",
 ]
