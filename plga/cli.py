@@ -324,12 +324,29 @@ def run_command(name: str, func: Callable[[argparse.Namespace], int], args: argp
     except KeyboardInterrupt:
         print(f"plga {name}: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        if not _stdout_reader_gone():
+            raise  # a pipe of ours, not the user's reader: a bug
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit must not raise again
+        return 141  # 128 + SIGPIPE, as a shell filter whose reader left (`plga … | head`)
     except PlgaError as exc:
         if os.environ.get("PLGA_DEBUG"):
             raise
         message = " ".join(str(exc).split()) or type(exc).__name__
         print(f"plga {name}: error: {message}", file=sys.stderr)
         return 2
+
+
+def _stdout_reader_gone() -> bool:
+    """Whether standard output is a pipe whose reading end is closed (poll reports an error)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(ev & select.POLLERR for _, ev in poller.poll(0))
+    except (AttributeError, OSError, ValueError):  # no poll (Windows) or no file descriptor
+        return False
 
 
 def main(argv: Sequence[str] | None = None) -> int:

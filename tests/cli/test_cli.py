@@ -192,3 +192,33 @@ def test_a_bug_of_ours_is_a_traceback_not_a_usage_line(monkeypatch, capsys):
     parser._subparsers._group_actions[0].choices["check-sdpa"].set_defaults(func=user_mistake)
     assert main(["check-sdpa"]) == 2
     assert capsys.readouterr().err.strip() == "plga check-sdpa: error: the user's mistake"
+
+
+_FLOOD = """
+import sys
+from plga.cli import run_command
+def flood(args):
+    for i in range(100000):
+        print("line", i)
+    return 0
+sys.exit(run_command("flood", flood, None))
+"""
+
+
+def test_a_reader_that_leaves_early_is_not_a_traceback():
+    """``plga … | head``: the reader closes the pipe; the command stops quietly with 141 (128 +
+    SIGPIPE), not a BrokenPipeError traceback. A broken pipe that is not standard output's stays
+    a bug of ours (the error mapper re-raises it: second half)."""
+    proc = subprocess.Popen([sys.executable, "-c", _FLOOD], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stdout.readline().startswith(b"line 0")
+    proc.stdout.close()
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 141 and b"Traceback" not in err, err.decode()
+
+    import plga.cli as cli
+
+    def internal_pipe(args):
+        raise BrokenPipeError("a worker's pipe")
+
+    with pytest.raises(BrokenPipeError, match="worker"):
+        cli.run_command("x", internal_pipe, None)

@@ -318,6 +318,9 @@ def test_docs_state_the_code_numbers():
         assert f"| `{name}` |" in text and f"`{b.expected_check}` |" in text
     for name in CONTROLS:
         assert f"`{name}`" in text, f"docs/conformance.md does not list the control {name}"
+    wrong, right = sum(not c.correct for c in CONTROLS.values()), sum(c.correct for c in CONTROLS.values())
+    readme = (DOCS.parent / "README.md").read_text()
+    assert f"on {wrong} deliberately\nwrong kernels" in readme and f"on {right} correct" in readme, "README's control counts"
     from plga.conformance.checks import CHECKS
 
     for name in CHECKS:
