@@ -858,9 +858,9 @@ def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = Fals
     """One explicit case per boundary configuration, then :data:`~.strategies.BOUNDARY_DECODER_EXTRA`
     (a 40-token prompt; a batch of 4 padded rows — on the left at float64, where left padding
     can be judged, else on the right; a batch of 5; a 260-token prompt; 20 new tokens after a
-    short prompt), then one case whose Gram rows have a variance near the LayerNorm ε
-    (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`); generation cases decode 0 to 6 tokens, and 20 in
-    that one."""
+    short prompt; caches grown past 32, 64, 128 and 256 keys while decoding), then one case
+    whose Gram rows have a variance near the LayerNorm ε (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`);
+    generation cases decode 0 to 12 tokens, and 20 in one."""
     out = []
     configs = sh.boundary_configs()
     for i, config in enumerate(configs):
