@@ -1106,16 +1106,20 @@ def check_cache_modes(ctx: Context) -> None:
     _generation_check(ctx, body)
 
 
-@register("collapsed_equals_kvg", "cache", requires=("collapsed", "cache_kv"))
+@register("collapsed_equals_kvg", "cache", requires=("collapsed",))
 def check_collapsed_equals_kvg(ctx: Context) -> None:
     """Collapsed decoding (inference collapse, the learned chain replaced by a constant G): with
     G = the prompt's own G_LM it decodes as the reference's KVG decoding does (single prompts; and
     as the implementation's own KVG decoding, where it declares kvg); with a random constant G
-    the whole padded batch decodes as the reference does (the prompt pass uses G too). Gated on
-    collapsed and kv alone: collapsed decoding runs on the KV cache, with or without a G-cache."""
+    the whole padded batch decodes as the reference does (the prompt pass uses G too). Needs
+    collapsed and a KV cache, kv or kvg: collapsed decoding runs on the KV cache, with or
+    without a G-cache."""
     import torch
 
     with_kvg = ctx.adapter.provides("cache_kvg")
+    if not (with_kvg or ctx.adapter.provides("cache_kv")):
+        raise skip_check(f"{ctx.adapter.name} declares neither capability 'cache_kv' nor 'cache_kvg' (collapsed decoding "
+                         "runs on a KV cache)")
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, n, note = c.config, c.new_tokens, c.note()

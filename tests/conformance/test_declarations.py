@@ -137,9 +137,10 @@ def test_checks_draw_only_the_masks_an_implementation_declares():
 
 
 def test_collapsed_decoding_is_judged_without_a_g_cache():
-    """``collapsed_equals_kvg`` needs ``collapsed`` and ``cache_kv``: it used to need
-    ``cache_kvg`` too and skipped a decoder declaring collapsed decoding on a KV cache alone
-    (only ``state_between_calls`` decoded it then)."""
+    """``collapsed_equals_kvg`` needs ``collapsed`` and a KV cache, ``cache_kv`` or
+    ``cache_kvg``: it used to need ``cache_kvg`` and skipped a decoder declaring collapsed
+    decoding on a KV cache alone (only ``state_between_calls`` decoded it then). Declaring
+    neither cache skips it."""
     from plga.conformance.adapters import kernels
     from plga.conformance.controls import CONTROLS
 
@@ -152,3 +153,7 @@ def test_collapsed_decoding_is_judged_without_a_g_cache():
     right.capabilities = caps
     report = check_kernel(right, checks=["collapsed_equals_kvg"], dtypes=["float32"], profile="quick")
     assert report.verdict == "PASS" and {r.status for r in report.results} == {"passed"}, report.summary()
+    wrong.capabilities = frozenset({"forward", "collapsed", "cache_nocache"})
+    report = check_kernel(wrong, checks=["collapsed_equals_kvg"], dtypes=["float32"], profile="quick")
+    assert {r.status for r in report.results} == {"skipped"}, report.summary()
+    assert "declares neither capability 'cache_kv' nor 'cache_kvg'" in report.results[0].message
