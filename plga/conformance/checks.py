@@ -516,8 +516,9 @@ def check_attention_backward(ctx: Context) -> None:
     kernels are not checked here: their truth would be no more precise than they are. Fully
     padded batch rows and causal ∩ left padding's queries with no allowed key are drawn as in
     ``attention_padding``: their output is the constant 0, so their gradients are 0 (a backward
-    that recomputes P as exp(s − lse) with lse = −inf there returns NaN). G = None (the identity, no dG) runs in two explicit cases and in the draws:
-    a kernel may take a separate path for it.
+    that recomputes P as exp(s − lse) with lse = −inf there returns NaN). G = None (the
+    identity, no dG) runs in two explicit cases and in the draws: a kernel may take a separate
+    path for it.
     """
     import torch
 

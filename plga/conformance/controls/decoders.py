@@ -140,12 +140,12 @@ class KvPageAliased(eg.EagerDecoder):
             self.prompt_len = t_old
         logits, new = super().step(tokens, caches, mode, constant_g)
         first_new_page = -(-self.prompt_len // self.PAGE)  # pages the prompt pass allocated: 0 … first_new_page − 1
-        for c in new:
-            for p in range(t_old, c.k.shape[2]):
-                if p // self.PAGE >= first_new_page:
-                    c.k, c.v = c.k.clone(), c.v.clone()
-                    c.k[:, :, p - self.PAGE] = c.k[:, :, p]
-                    c.v[:, :, p - self.PAGE] = c.v[:, :, p]
+        aliased = [p for p in range(t_old, new[0].k.shape[2]) if p // self.PAGE >= first_new_page]
+        for c in new if aliased else []:
+            c.k, c.v = c.k.clone(), c.v.clone()
+            for p in aliased:
+                c.k[:, :, p - self.PAGE] = c.k[:, :, p]
+                c.v[:, :, p - self.PAGE] = c.v[:, :, p]
         return logits, new
 
 
