@@ -163,12 +163,19 @@ class Adapter:
     def provides(self, capability: str) -> bool:
         return capability in self.capabilities or capability in self.dtypes
 
-    def require(self, *needed: str) -> None:
-        """Raise :class:`SkipCheck` naming the first capability the adapter does not declare."""
-        for cap in needed:
-            if not self.provides(cap):
-                meaning = CAPABILITIES.get(cap, f"computation in {cap}" if cap in DTYPES else cap)
-                raise skip_check(f"{self.name} does not declare capability {cap!r} ({meaning})")
+    def require(self, *needed: str | tuple[str, ...]) -> None:
+        """Raise :class:`SkipCheck` naming the first requirement the adapter does not meet: a
+        capability, or a tuple of capabilities of which any one suffices."""
+        def meaning(cap: str) -> str:
+            return CAPABILITIES.get(cap, f"computation in {cap}" if cap in DTYPES else cap)
+
+        for need in needed:
+            if isinstance(need, str):
+                if not self.provides(need):
+                    raise skip_check(f"{self.name} does not declare capability {need!r} ({meaning(need)})")
+            elif not any(self.provides(cap) for cap in need):
+                named = " nor ".join(f"{cap!r} ({meaning(cap)})" for cap in need)
+                raise skip_check(f"{self.name} declares neither capability {named}: any one of them is needed")
 
     def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False,
                   key_padding_mask: Any = None, scale: float | None = None, finite_mask: bool = False) -> Any:

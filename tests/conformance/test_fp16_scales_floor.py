@@ -181,9 +181,9 @@ def test_large_scores_are_judged_at_bfloat16(monkeypatch):
     # negative control: the score factor in bfloat16 units, as before
     real = checks.attention_magnitude
 
-    def old(t: Any, causal: bool, scale: Any, values: Any = None) -> float:
+    def old(t: Any, causal: bool, scale: Any, values: Any = None, scores: Any = None) -> float:
         v = t["v"].abs().max().item() if values is None else float(abs(values).max())
-        return v * (1.0 + checks._max_scaled_score(t, causal, scale)[1])
+        return v * (1.0 + checks.ExactScores.of(t, causal, scale).max_abs()[1])
 
     monkeypatch.setattr(checks, "attention_magnitude", old)
     assert check_kernel(zeros_for_large_score_heads, checks=["attention_unmasked"], profile="quick", shrink=False).verdict == "PASS"
@@ -218,10 +218,10 @@ def test_a_long_context_output_is_judged_at_its_own_size(monkeypatch):
     assert report.failed_checks() == set(checks_), report.summary()
     assert check_kernel("default", checks=checks_, dtypes=["bfloat16"], profile="quick").verdict == "PASS"
     # negative control: the magnitude max|v| · (score factor), as before
-    def old(t: Any, causal: bool, scale: Any, values: Any = None) -> float:
+    def old(t: Any, causal: bool, scale: Any, values: Any = None, scores: Any = None) -> float:
         r = 2.0**-16  # float32's unit roundoff in bfloat16's
         v = t["v"].abs().max().item() if values is None else float(abs(values).max())
-        return v * (1.0 + r * checks._max_scaled_score(t, causal, scale)[1])
+        return v * (1.0 + r * checks.ExactScores.of(t, causal, scale).max_abs()[1])
 
     monkeypatch.setattr(checks, "attention_magnitude", old)
     assert check_kernel(halved_past_1024_keys, checks=checks_, profile="quick", shrink=False).verdict == "PASS"
@@ -233,12 +233,20 @@ def test_a_negative_scale_is_sized_by_its_scores_absolute_value():
     the floor's score factor shrank below 1."""
     t, causal, _ = _unit_case()  # one scaled score of 64 at scale 1/√4
     for scale in (0.5, -0.5):
-        assert checks._max_scaled_score(t, causal, scale) == (64.0, 64.0)
+        assert checks.ExactScores.of(t, causal, scale).max_abs() == (64.0, 64.0)
     assert checks.attention_magnitude(t, causal, -0.5) == checks.attention_magnitude(t, causal, 0.5)
     assert checks.attention_magnitude(t, causal, -0.5) > checks.attention_magnitude(t, causal, 0.0)
+    # the gradients' magnitudes too: keys orthogonal to the query (scores 0, the same P at either
+    # sign) give the same magnitudes at ±scale (before: ≤ 0 for dq, dk and dG at a negative scale)
+    k = torch.zeros(1, 1, 2, 4, dtype=torch.bfloat16)
+    k[..., 0, 1] = k[..., 1, 2] = 16.0
+    w = torch.ones(1, 1, 1, 4, dtype=torch.bfloat16)  # the output's cotangent
+    ortho = dict(t, k=k)
+    pos, neg = (checks.backward_magnitudes(ortho, w, checks.ExactScores.of(ortho, causal, s)) for s in (0.5, -0.5))
+    assert pos == neg and min(pos) > 0, (pos, neg)
     huge = dict(t, q=t["q"] * 32)  # a scaled score of ±2048 (past the 1e3 conditioning bound) at either sign
     for scale in (0.5, -0.5):
-        assert checks._max_scaled_score(huge, causal, scale)[0] > sh.MAX_ABS_SCORE
+        assert checks.ExactScores.of(huge, causal, scale).max_abs()[0] > sh.MAX_ABS_SCORE
 
 
 def _upcast_bf16(drop_dk_tail: bool) -> Any:
@@ -271,9 +279,9 @@ def test_bfloat16_gradients_are_judged_at_their_own_size(monkeypatch):
     # negative control: the whole chain in bfloat16 ulp, as before
     real = checks.backward_magnitudes
 
-    def old(t: dict[str, Any], w: Any, kw: dict[str, Any], score_max: float) -> list[float]:
+    def old(t: dict[str, Any], w: Any, scores: Any) -> list[float]:
         wide = dict(t, q=t["q"].float())  # at float32 the chain is the magnitude (r = 1)
-        return real(wide, w, kw, score_max)
+        return real(wide, w, scores)
 
     monkeypatch.setattr(checks, "backward_magnitudes", old)
     assert check_kernel(_upcast_bf16(drop_dk_tail=True), checks=["attention_backward"], profile="quick",

@@ -1,9 +1,13 @@
-"""Two verdicts a second audit found forged, each with the control showing the old behaviour.
+"""Verdicts that audits found forged, each with the control showing the old behaviour.
 
 * **One bound per sequence.** A decoder's batch holds independent sequences. At float32 a
   left-padded sequence is ill-conditioned (the published −1e9 mask rounds its padded queries'
   scores away), and its baseline error — about 0.9 on the golden checkpoint — once set the
   bound for every sequence of the batch: a decoder 5 % wrong on the unpadded sequence passed.
+* **One bound per position.** Within a sequence the positions are conditioned differently too.
+  One bound over a bfloat16 sequence of 260 tokens (8 × its worst position's baseline error)
+  let a decoder holding its RoPE positions in bfloat16 pass: its logits past position 256 are
+  0.7 off where a correct bfloat16 decoder errs by 0.02.
 * **One loaded model across calls.** Every call used to get fresh copies of the state dict, so
   an implementation that keeps a model per state dict (by identity, as a library does) never
   reused it, and state carried from one call to the next was never seen.
@@ -11,6 +15,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import numpy as np
@@ -22,6 +27,7 @@ from plga.conformance import tolerance as tol
 from plga.conformance.adapter import ForwardOutput
 from plga.conformance.adapters import kernels
 from plga.conformance.broken import BROKEN
+from plga.conformance.controls import CONTROLS
 
 
 def test_each_sequence_is_judged_against_its_own_bound():
@@ -32,11 +38,42 @@ def test_each_sequence_is_judged_against_its_own_bound():
     kernel[0] += 0.5  # sequence 0 is wrong by 0.5, where rounding costs nothing
     pooled = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0)
     assert pooled.passed, "the negative control: one bound for the batch lets it through"
-    per = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, per_sequence=True)
+    per = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, rows=("sequence",))
     assert not per.passed and per.worst_index[0] == 0 and per.mismatched == 5 and per.total == 10
+    assert "(sequence 0)" in per.what and per.row_bounds is not None and per.row_bounds.shape == (2,)
     kernel[0] = truth[0]
     kernel[1] += 0.5  # within sequence 1's own bound
-    assert tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, per_sequence=True).passed
+    assert tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, rows=("sequence",)).passed
+
+
+def test_each_position_is_judged_against_its_own_bound():
+    truth = np.zeros((2, 4, 3))
+    baseline = truth.copy()
+    baseline[1, 3] += 1.0  # position 3 of sequence 1 is ill-conditioned
+    kernel = truth.copy()
+    kernel[1, 1] += 0.5  # position 1 of the same sequence is wrong
+    per_sequence = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, rows=("sequence",))
+    assert per_sequence.passed, "the negative control: one bound per sequence lets it through"
+    per = tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, rows=("sequence", "position"))
+    assert not per.passed and per.worst_index[:2] == (1, 1) and per.mismatched == 3 and per.total == 24
+    assert "(sequence 1, position 1)" in per.what and per.row_bounds.shape == (2, 4)
+    assert per.row_bounds[1, 3] == 8.0 + per.row_bounds[0, 0]  # k · 1.0 + the floor (0 here: 2 ulp of 0)
+    kernel[1, 1] = 0.0
+    kernel[1, 3] += 5.0  # within its own position's bound
+    assert tol.compare(kernel, [baseline], truth, dtype="float32", k=8.0, rows=("sequence", "position")).passed
+
+
+def test_the_row_that_decides_is_the_furthest_past_its_bound():
+    truth = np.ones((3, 2))
+    baseline = truth + np.array([[1e-3], [1e-1], [1e-2]])
+    kernel = truth + np.array([[3e-3], [0.0], [5e-2]])  # rows 0 (1.5× its bound) and 2 (2.5×) fail
+    cmp = tol.compare(kernel, [baseline], truth, dtype="float64", k=2.0, rows=("sequence",))
+    assert not cmp.passed and cmp.worst_index == (2, 0) and cmp.mismatched == 4
+    assert cmp.kernel_error == pytest.approx(5e-2) and cmp.bound == pytest.approx(2e-2 + cmp.floor)
+    kernel[:] = np.where(np.isnan(kernel), 0, kernel)
+    kernel[1, 1] = np.nan  # a non-finite value decides, whatever the other rows
+    nan = tol.compare(kernel, [baseline], truth, dtype="float64", k=2.0, rows=("sequence",))
+    assert not nan.passed and nan.nonfinite == 1
 
 
 class _FirstSequenceScaled(Adapter):
@@ -65,10 +102,10 @@ def test_golden_float32_catches_an_error_beside_a_left_padded_sequence(monkeypat
     assert (gold[2]["tokens"][1:, 0] == 0).any(), "the golden batch holds a left-padded sequence"
     report = check_kernel(_FirstSequenceScaled(), checks=["forward_golden"], profile="quick", shrink=False)
     assert report.failed_checks() == {"forward_golden"}, report.summary()
-    assert "(sequence 0)" in report.failures[0].message
+    assert "(sequence 0, position " in report.failures[0].message
     # negative control: one bound over the whole batch
     real = tol.compare
-    monkeypatch.setattr(tol, "compare", lambda *a, per_sequence=False, **kw: real(*a, **kw))
+    monkeypatch.setattr(tol, "compare", lambda *a, rows=(), **kw: real(*a, **kw))
     assert check_kernel(_FirstSequenceScaled(), checks=["forward_golden"], profile="quick", shrink=False).verdict == "PASS"
 
 
@@ -106,3 +143,15 @@ def test_a_held_argument_is_one_copy_checked_after_every_call():
     with pytest.raises(InputMutated, match="state_dict"):
         call_operation("forward", mutate, held, None, tokens)
     assert torch.equal(state["w"], torch.ones(3))
+
+
+def test_a_bfloat16_decoder_rounding_its_positions_fails_past_position_256(monkeypatch):
+    control = CONTROLS["positions_rounded_bf16"]
+    report = check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"forward_logits"}, report.summary()
+    position = re.search(r"\(sequence \d+, position (\d+)\)", report.failures[0].message)
+    assert position and int(position.group(1)) >= 257, report.failures[0].message
+    # negative control: one bound per sequence covers the error (8 × the worst position's baseline error)
+    real = tol.compare
+    monkeypatch.setattr(tol, "compare", lambda *a, rows=(), **kw: real(*a, rows=rows[:1], **kw))
+    assert check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False).verdict == "PASS"

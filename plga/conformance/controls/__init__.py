@@ -24,12 +24,14 @@ from .decoders import (
     CollapsedStepsPlainSdpa,
     DecoderControl,
     FirstDenseBlockOnly,
+    ForwardOnlyBf16Control,
     GeneratedZerosMasked,
     KvPageAliased,
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
     PaddingIgnoredAfterPrompt,
+    PositionsRoundedToBf16,
     RotateHalfAsInterleaved,
     RowLengthsMixed,
     SecondBestNearTie,
@@ -177,6 +179,10 @@ _LIST = [
             "page before it", _decoder("kv_page_aliased", KvPageAliased), caught_by=_CACHE),
     Control("second_best_near_tie", "greedy decoding takes the second-best token when it is within 0.5 of the best "
             "(the step logits right)", _decoder("second_best_near_tie", SecondBestNearTie), caught_by=_CACHE),
+    Control("positions_rounded_bf16", "a bfloat16 prefill (forward only) that holds the RoPE positions in bfloat16: "
+            "from position 257 on they round to 8 significant bits",
+            lambda: ForwardOnlyBf16Control("controls.positions_rounded_bf16", PositionsRoundedToBf16),
+            caught_by=("forward_logits", "forward_collapsed")),
     Control("collapsed_steps_plain_sdpa", "collapsed decoding's cached steps attend with G = I (the constant G is "
             "forgotten after the prompt)", _decoder("collapsed_steps_plain_sdpa", CollapsedStepsPlainSdpa),
             caught_by=("collapsed_equals_kvg", "state_between_calls")),

@@ -159,6 +159,15 @@ class CollapsedStepsPlainSdpa(eg.EagerDecoder):
         return super().step(tokens, caches, mode, constant_g)
 
 
+class PositionsRoundedToBf16(eg.EagerDecoder):
+    """Holds the RoPE positions in bfloat16 (8 significant bits: from 257 on, 257 → 256,
+    259 → 260, …); everything else right, the operator chain in float32."""
+
+    def layer(self, i: int, h: Tensor, positions: Tensor, support: Tensor | None, cache: eg.LayerCache | None, mode: str,
+              constant_g: Tensor | None) -> Any:
+        return super().layer(i, h, positions.to(torch.bfloat16).to(positions.dtype), support, cache, mode, constant_g)
+
+
 class DecoderControl(EagerAdapter):
     """An eager-decoder adapter with one decoder bug (``decoder_class``); no attention or chain."""
 
@@ -170,19 +179,29 @@ class DecoderControl(EagerAdapter):
         self.name, self.decoder_class, self.mutate_state = name, decoder_class, mutate_state
 
     def _decoder(self, state_dict: Mapping[str, Any], config: Any) -> eg.EagerDecoder:
+        ref = next(iter(state_dict.values()))
+        # wide_chain: the chain in float32 at bfloat16/float16 (the precision policy); no change at float32/64
+        dec = self.decoder_class(state_dict, config, dtype=ref.dtype, device=ref.device, wide_chain=True)
         if not self.mutate_state:
-            return super()._decoder(state_dict, config)
+            return dec
         # folds √d_model into the embedding table in place (the result is right, the input is not)
         emb = state_dict["decoder.embedding.weight"]
-        dec = super()._decoder(state_dict, config)
         emb.mul_(dec.sqrt_d_model)
         dec.p["decoder.embedding.weight"] = emb.to(dec.dtype).clone()
         dec.sqrt_d_model = 1.0
         return dec
 
 
+class ForwardOnlyBf16Control(DecoderControl):
+    """A bfloat16 prefill/scoring implementation (``forward`` and ``collapsed`` only) with one
+    decoder bug; the chain in float32 as the precision policy asks."""
+
+    capabilities = frozenset({"forward", "collapsed"})
+    dtypes = ("bfloat16",)
+
+
 __all__ = [
-    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
-    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "PaddingIgnoredAfterPrompt", "RotateHalfAsInterleaved", "RowLengthsMixed",
+    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
+    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "PaddingIgnoredAfterPrompt", "PositionsRoundedToBf16", "RotateHalfAsInterleaved", "RowLengthsMixed",
     "SecondBestNearTie", "StepPositionTableOfEight", "StepPositionsOffByOne",
 ]
