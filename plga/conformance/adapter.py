@@ -16,7 +16,8 @@ operations, all on torch tensors, are
 ``forward(state_dict, config, tokens, *, constant_g=None) -> ForwardOutput``
     The decoder forward from an upstream-named state dict (torch tensors) and a
     :class:`plga.reference.config.PLDRConfig`; tokens [B,S] int64 (0 = padding).
-    ``constant_g`` (one [H,d,d] operator per layer) replaces the metric learner.
+    ``constant_g`` (one [H,d,d] operator per layer) replaces the metric learner. Logits
+    [B,S,V] are judged at real positions only (a padding position's are left open).
 ``generate(state_dict, config, prompt, max_new_tokens, *, mode, constant_g=None) -> GenerateOutput``
     Greedy cached decoding, ``mode`` in ``nocache | kv | kvg | collapsed``.
 
@@ -113,7 +114,8 @@ class NotProvided(NotImplementedError):
 
 @dataclasses.dataclass
 class ForwardOutput:
-    """What ``forward`` returns: logits [B,S,V] and, when available, G_LM per layer [B,H,d,d]."""
+    """What ``forward`` returns: logits [B,S,V] (judged where the token is not padding) and, when
+    available, G_LM per layer [B,H,d,d]."""
 
     logits: Any
     G_LM: Sequence[Any] | None = None

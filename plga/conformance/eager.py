@@ -264,8 +264,8 @@ class EagerDecoder:
     ``state`` maps upstream names to tensors (cast to ``dtype`` on ``device`` here); ``config``
     is a :class:`plga.reference.config.PLDRConfig`. Modes: ``nocache``, ``kv``, ``kvg``,
     ``collapsed`` (a constant per-layer G replaces the metric learner).
-    Subclasses override :meth:`rotate_queries`, :meth:`chain`, :meth:`cached_operator` to
-    build negative controls.
+    Subclasses override :meth:`rotate_queries`, :meth:`chain`, :meth:`cached_operator`,
+    :meth:`attention_weights` to build negative controls.
     """
 
     def __init__(
@@ -328,6 +328,11 @@ class EagerDecoder:
             return cache.A, a_lm, g
         return cache.A, cache.A_LM, cache.G_LM
 
+    def attention_weights(self, x: Tensor, support: Tensor) -> Tensor:
+        """softmax of the scaled scores x [B, H, S, T] under the finite −1e9 mask, as published
+        (``support`` [B, S, T]: the allowed pairs)."""
+        return _softmax(x, support[:, None], True, self.order)
+
     def layer(
         self, i: int, h: Tensor, positions: Tensor, support: Tensor | None,
         cache: LayerCache | None, mode: str, constant_g: Tensor | None,
@@ -363,7 +368,7 @@ class EagerDecoder:
         else:
             x = q @ (g @ k.transpose(-1, -2)) / self.sqrt_depth
         ded["scores"] = x
-        w = _softmax(x, support[:, None], True, self.order)  # finite −1e9 mask, as published
+        w = self.attention_weights(x, support)  # [B, H, S, T]
         b, _, s, _ = q.shape
         attn = self.linear((w @ v).transpose(1, 2).reshape(b, s, c.d_model), pre + "mha1.dense")
         h1 = self.ln(attn + h, pre + "layernorm1")

@@ -45,9 +45,9 @@ G_FAMILIES = ("none", "identity", "random", "rank_one", "ill_conditioned", "sent
 #: Rejection bound on |scaled score| (see the module docstring).
 MAX_ABS_SCORE = 1e3
 
-#: Awkward lengths (seq 1, primes, one short of or one past a 16/32/64-wide tile) kept in
-#: every draw's range.
-AWKWARD_LENGTHS = (1, 2, 3, 5, 7, 11, 13, 17, 31, 33, 63, 65)
+#: Awkward lengths (seq 1, primes, a 16/32/64-wide tile, one short of it or one past it) kept
+#: in every draw's range.
+AWKWARD_LENGTHS = (1, 2, 3, 5, 7, 11, 13, 16, 17, 31, 32, 33, 63, 64, 65)
 
 
 def sentinel_g(h: int, d: int) -> np.ndarray:
@@ -235,7 +235,9 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: last, the sizes where kernels switch to another path: a few queries over 1100 keys (past the
 #: 512 and 1024 where flash-decoding kernels split the keys), 300 queries (past a 256-row query
 #: block, with a partial one) and head dim 128 with a G that is not symmetric (the usual LLM
-#: head size, often a specialised path; the d = 128 case above has G = I, where Gᵀ = G).
+#: head size, often a specialised path; the d = 128 case above has G = I, where Gᵀ = G); then
+#: whole numbers of tiles, 128 queries over 128 keys and 64 over 256 (a kernel that sizes its
+#: last block as n % BLOCK, without ``or BLOCK``, drops a whole block only there).
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -258,6 +260,8 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (1, 2, 4, 1100, 32, 32, "random", False, None),
     (1, 2, 300, 300, 16, 16, "random", False, None),
     (2, 2, 9, 40, 128, 128, "random", True, None),
+    (1, 2, 128, 128, 16, 16, "random", False, None),
+    (2, 3, 64, 256, 8, 8, "rank_one", True, None),
 )
 
 
@@ -386,7 +390,7 @@ def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 6, 8), max_len: int
 #: blocks; then past the sizes a kernel's tables, tiles and loops are often cut at — 4 layers,
 #: 5 heads of dimension 32 (scale 1/√32), a vocabulary of 97 (past 64), RoPE base 5·10⁵ and a
 #: context of 300 (past 64 and 256: position tables, interpolation) — and a small model with
-#: base 1000 and a context of 1024 that the 260-token case below runs past position 256; last,
+#: base 1000 and a context of 1024 that the 300-token case below runs past position 256; last,
 #: the released model's counts at a small width — 6 layers (past its 5), 14 heads (past head
 #: chunks of 8), 8 residual units of 4 SwiGLU blocks, a vocabulary of 300 (past 256) and a
 #: context of 24 that the case below fills — and its head dimension, 64, in one head.
@@ -400,6 +404,7 @@ BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (1, 2, 8, 12, 4, 1, 1, 41, "rotate_half", 1000.0, 1024),
     (6, 14, 4, 16, 4, 8, 4, 300, "rotate_half", 10000.0, 24),
     (1, 1, 64, 16, 4, 1, 1, 41, "interleaved"),
+    (2, 2, 8, 12, 4, 1, 2, 256, "interleaved", 10000.0, 300),
 )
 
 
@@ -463,16 +468,21 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: where a RoPE table, a cache block or a position loop sized 16/32 ends; generation carries
 #: it to 43); a batch of 4 rows padded to different lengths; on the large configuration a batch
 #: of 5 prompts of 20 tokens (past a batch of 4, prompts inside 17–32) decoding 6 tokens (past a
-#: step count of 4); a 260-token prompt decoding 3 (positions past 256: a RoPE table of 256,
-#: positions held in bfloat16); a 5-token prompt decoding 20 (cached steps past 8 and 16: a
-#: step-position table, a cache page or a step loop sized 8/16 ends; the drawn cases decode ≤ 6);
+#: step count of 4); a 300-token prompt decoding 3 (positions past 256: a RoPE table of 256,
+#: positions held in bfloat16, which round every other position from 257 on: 260 tokens gave
+#: two such positions, and an off-by-one at 257 hid within the bfloat16 bound at some seeds); a
+#: 5-token prompt decoding 20 (cached steps past 8 and 16: a step-position table, a cache page
+#: or a step loop sized 8/16 ends; the drawn cases decode ≤ 6);
 #: on the 6-layer configuration a forward of its whole context (24 positions: the last row
 #: of a RoPE table) and a 12-token prompt decoding 12 (to the context's end); last, caches that
 #: grow past 32, 64, 128 and 256 keys during decoding (30 → 36, 60 → 68, 125 → 131, 250 → 260:
-#: a paged or blocked KV cache whose next page is allocated wrongly shows only there).
+#: a paged or blocked KV cache whose next page is allocated wrongly shows only there); then
+#: prompts whose length is a whole number of tiles, 64 (16, 32, 64) with a vocabulary of 256
+#: (a head tiled by up to 256 columns) and 256 (128, 256): a tiled kernel that sizes its last
+#: block as n % BLOCK, without ``or BLOCK``, drops a whole block only there.
 BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
-    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 260, 3), (1, 2, 5, 20), (7, 2, 24, 0), (7, 1, 12, 12),
-    (1, 2, 30, 6), (6, 1, 60, 8), (6, 1, 125, 6), (6, 1, 250, 10),
+    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 300, 3), (1, 2, 5, 20), (7, 2, 24, 0), (7, 1, 12, 12),
+    (1, 2, 30, 6), (6, 1, 60, 8), (6, 1, 125, 6), (6, 1, 250, 10), (9, 2, 64, 2), (6, 1, 256, 2),
 )
 
 

@@ -41,9 +41,10 @@ are computed in mp arithmetic, so differences below float64 resolution are not l
 
 Public API (the project's own kernel tests use it too)::
 
-    compare(kernel, baselines, truth, *, dtype=None, k=2.0, what="output", magnitude=None, rows=()) -> Comparison
+    compare(kernel, baselines, truth, *, dtype=None, k=2.0, what="output", magnitude=None, rows=(),
+            judged=None) -> Comparison
     assert_conforms(kernel, baselines, truth, *, dtype=None, k=2.0, what="output", note="", magnitude=None,
-                    rows=()) -> Comparison
+                    rows=(), judged=None) -> Comparison
     assert_bitwise_equal(actual, expected, *, what, note="")
 
 ``kernel`` / ``baselines`` / ``truth``: torch tensors or numpy arrays of one shape (truth
@@ -253,6 +254,7 @@ class Comparison:
 def compare(
     kernel: Any, baselines: Sequence[Any] | Any, truth: Any, *, dtype: str | None = None,
     k: float = DEFAULT_K, what: str = "output", magnitude: float | None = None, rows: tuple[str, ...] = (),
+    judged: Any = None,
 ) -> Comparison:
     """Evaluate the policy for one output tensor (no raising). See the module docstring.
 
@@ -265,7 +267,11 @@ def compare(
     queries' scores away, or the positions of a long bfloat16 sequence where a correct decoder
     errs most. The comparison returned is that of the row furthest past (or closest to) its
     bound, its index first in ``worst_index`` and named in ``what``, with the mismatch counts
-    of all rows and every row's bound (``row_bounds``).
+    of all rows and every row's bound (``row_bounds``). ``judged``: a boolean array
+    broadcastable to the output (``[B, S, 1]`` for a decoder's real positions); the elements it
+    leaves out — a decoder's padding positions, whose logits the contract leaves open; the fully
+    masked rows of a finite mask, judged in a comparison of their own — count in no error, no
+    bound and no total.
     """
     if not isinstance(baselines, (list, tuple)):
         baselines = [baselines]
@@ -281,9 +287,11 @@ def compare(
         return Comparison(what, dtype, 0.0, 0.0, 0.0, k, (), 0.0, 0.0, 0.0, 0, 0,
                           row_bounds=np.zeros(c.shape[:n]) if n else None)
     t_float = _to_float64(t)
-    nonfinite = ~np.isfinite(c) & np.isfinite(t_float)
+    keep = np.ones(c.shape, dtype=bool) if judged is None else np.broadcast_to(np.asarray(judged, dtype=bool), c.shape)
+    total = int(keep.sum())
+    nonfinite = ~np.isfinite(c) & np.isfinite(t_float) & keep
     err = _abs_err(c, t)
-    err = np.where(np.isfinite(err), err, np.inf)
+    err = np.where(keep, np.where(np.isfinite(err), err, np.inf), 0.0)
     b_errs = np.zeros((len(baselines), *c.shape[:n]))  # each baseline's error per row
     b_arrays = []
     for j, b in enumerate(baselines):
@@ -294,10 +302,10 @@ def compare(
         # where a baseline itself breaks down (−1e9 overflows float16 into a NaN row) it measures
         # no rounding: those elements are left out of its error, never counted as infinite —
         # an infinite baseline error would make the bound infinite and pass any kernel
-        b_errs[j] = np.where(np.isfinite(be), be, 0.0).max(axis=rest)
+        b_errs[j] = np.where(np.isfinite(be) & keep, be, 0.0).max(axis=rest)
         b_arrays.append(bn)
     row_b = b_errs.max(axis=0) if len(baselines) else np.zeros(c.shape[:n])
-    floor = _row_floors(t_float, dtype, n)
+    floor = _row_floors(np.where(keep, t_float, 0.0), dtype, n)
     if magnitude:
         floor = np.maximum(floor, MAGNITUDE_ULPS * 2 * UNIT_ROUNDOFF[dtype] * float(magnitude))
     bound = k * row_b + floor  # [rows]
@@ -325,10 +333,10 @@ def compare(
 def assert_conforms(
     kernel: Any, baselines: Sequence[Any] | Any, truth: Any, *, dtype: str | None = None,
     k: float = DEFAULT_K, what: str = "output", note: str = "", magnitude: float | None = None,
-    rows: tuple[str, ...] = (),
+    rows: tuple[str, ...] = (), judged: Any = None,
 ) -> Comparison:
     """Raise :class:`ConformanceFailure` unless ``kernel`` is within the policy; return the comparison."""
-    cmp = compare(kernel, baselines, truth, dtype=dtype, k=k, what=what, magnitude=magnitude, rows=rows)
+    cmp = compare(kernel, baselines, truth, dtype=dtype, k=k, what=what, magnitude=magnitude, rows=rows, judged=judged)
     if not cmp.passed:
         msg = cmp.message() + (f"\n{note}" if note else "")
         raise ConformanceFailure(msg, cmp)

@@ -5,9 +5,9 @@
   scores away), and its baseline error — about 0.9 on the golden checkpoint — once set the
   bound for every sequence of the batch: a decoder 5 % wrong on the unpadded sequence passed.
 * **One bound per position.** Within a sequence the positions are conditioned differently too.
-  One bound over a bfloat16 sequence of 260 tokens (8 × its worst position's baseline error)
-  let a decoder holding its RoPE positions in bfloat16 pass: its logits past position 256 are
-  0.7 off where a correct bfloat16 decoder errs by 0.02.
+  One bound over a long bfloat16 sequence (8 × its worst position's baseline error) let a
+  decoder holding its RoPE positions in bfloat16 pass: its logits past position 256 are 0.7 off
+  where a correct bfloat16 decoder errs by 0.02 (seed 1: the per-sequence rule passes it).
 * **One loaded model across calls.** Every call used to get fresh copies of the state dict, so
   an implementation that keeps a model per state dict (by identity, as a library does) never
   reused it, and state carried from one call to the next was never seen.
@@ -147,11 +147,11 @@ def test_a_held_argument_is_one_copy_checked_after_every_call():
 
 def test_a_bfloat16_decoder_rounding_its_positions_fails_past_position_256(monkeypatch):
     control = CONTROLS["positions_rounded_bf16"]
-    report = check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False)
+    report = check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False, seed=1)
     assert report.failed_checks() == {"forward_logits"}, report.summary()
     position = re.search(r"\(sequence \d+, position (\d+)\)", report.failures[0].message)
     assert position and int(position.group(1)) >= 257, report.failures[0].message
     # negative control: one bound per sequence covers the error (8 × the worst position's baseline error)
     real = tol.compare
     monkeypatch.setattr(tol, "compare", lambda *a, rows=(), **kw: real(*a, rows=rows[:1], **kw))
-    assert check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False).verdict == "PASS"
+    assert check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False, seed=1).verdict == "PASS"

@@ -25,6 +25,7 @@ from .decoders import (
     DecoderControl,
     FirstDenseBlockOnly,
     ForwardOnlyBf16Control,
+    FullLastQueryBlockDropped,
     GeneratedZerosMasked,
     KvPageAliased,
     KvRecomputesFromNewRows,
@@ -87,6 +88,9 @@ _LIST = [
     # tiling bugs: visible only past a block, chunk or tile
     Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
             _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),
+    Control("full_last_block_dropped", "128-key blocks whose last block is sized T % 128: a whole number of blocks "
+            "drops the last one (T = 256)", _tiled("full_last_block_dropped", "full_last_block_dropped", key_block=128),
+            caught_by=_ATT),
     Control("running_max_not_rescaled", "the accumulator is not rescaled when the running max grows across blocks",
             _tiled("running_max_not_rescaled", "running_max_not_rescaled", key_block=16), caught_by=_ATT),
     Control("last_head_chunk_skipped", "the head-chunk loop skips the last partial chunk (H % 4 ≠ 0, H > 4)",
@@ -179,6 +183,9 @@ _LIST = [
             "page before it", _decoder("kv_page_aliased", KvPageAliased), caught_by=_CACHE),
     Control("second_best_near_tie", "greedy decoding takes the second-best token when it is within 0.5 of the best "
             "(the step logits right)", _decoder("second_best_near_tie", SecondBestNearTie), caught_by=_CACHE),
+    Control("prefill_full_block_dropped", "the prefill's 32-row query blocks: a prompt of a whole number of blocks "
+            "leaves the last 32 rows' attention at zero", _decoder("prefill_full_block_dropped", FullLastQueryBlockDropped),
+            caught_by=_FWD + _CACHE),
     Control("positions_rounded_bf16", "a bfloat16 prefill (forward only) that holds the RoPE positions in bfloat16: "
             "from position 257 on they round to 8 significant bits",
             lambda: ForwardOnlyBf16Control("controls.positions_rounded_bf16", PositionsRoundedToBf16),

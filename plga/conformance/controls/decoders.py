@@ -168,6 +168,22 @@ class PositionsRoundedToBf16(eg.EagerDecoder):
         return super().layer(i, h, positions.to(torch.bfloat16).to(positions.dtype), support, cache, mode, constant_g)
 
 
+class FullLastQueryBlockDropped(eg.EagerDecoder):
+    """A prefill tiled in blocks of 32 query rows sizes its last block as S % 32 (without
+    ``or 32``): when S is a whole number of blocks, the last 32 rows' attention is never
+    computed (left zero). Other lengths, and every cached step, are right."""
+
+    BLOCK = 32
+
+    def attention_weights(self, x: Tensor, support: Tensor) -> Tensor:
+        w = super().attention_weights(x, support)  # [B, H, S, T]
+        s = w.shape[-2]
+        if s > self.BLOCK and s % self.BLOCK == 0:
+            w = w.clone()
+            w[..., s - self.BLOCK :, :] = 0.0
+        return w
+
+
 class DecoderControl(EagerAdapter):
     """An eager-decoder adapter with one decoder bug (``decoder_class``); no attention or chain."""
 
@@ -201,7 +217,7 @@ class ForwardOnlyBf16Control(DecoderControl):
 
 
 __all__ = [
-    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
+    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control", "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
     "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "PaddingIgnoredAfterPrompt", "PositionsRoundedToBf16", "RotateHalfAsInterleaved", "RowLengthsMixed",
     "SecondBestNearTie", "StepPositionTableOfEight", "StepPositionsOffByOne",
 ]
