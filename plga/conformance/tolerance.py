@@ -95,10 +95,10 @@ K_OVERRIDES: dict[str, tuple[float, str]] = {
     "state_between_calls": (8.0, _CHAIN_REASON),
     "cache_nocache": (8.0, _CHAIN_REASON),
     "forward_collapsed": (8.0, "no power stage, but up to three stacked layers of LayerNorm, softmax and SwiGLU after an "
-                          "ill-conditioned constant G: singular values down to 1e-10, or the rank-two sentinel G with "
-                          "entries up to 9.5, whose scores cancel (float32: score errors of 1e-6 to 8e-6 on scores of "
-                          "order 1, two samples of one heavy-tailed distribution as for the chain); plga.kernels "
-                          "measured 5.9 at float32 (quick, seed 1; 3.9 in an earlier thorough run)"),
+                          "ill-conditioned constant G (singular values down to 1e-10): kernel and baseline errors are "
+                          "two samples of one heavy-tailed distribution, as for the chain; plga.kernels measured 5.9 "
+                          "at float32 (quick, seed 1, under the unscaled sentinel G since replaced; 3.9 in an "
+                          "earlier thorough run)"),
     "attention_backward": (4.0, "gradients chain two softmax Jacobian products, and the float64 truth is "
                            "float64 autograd (no mpmath gradient); thorough runs reach 3.2"),
 }
