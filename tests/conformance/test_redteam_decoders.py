@@ -44,12 +44,14 @@ def test_greedy_tokens_are_maximisers_of_their_own_step_logits(monkeypatch):
         control.dtypes = ("bfloat16",)
         return control
 
-    report = check_kernel(wrong(), checks=["cache_modes"], profile="quick", shrink=False)
+    # seed 2: without the rule its token changes pass there (at 20260, 1 and 3 to 6 cache_modes
+    # has caught it without the rule since the boundary cases grew)
+    report = check_kernel(wrong(), checks=["cache_modes"], profile="quick", shrink=False, seed=2)
     assert report.failed_checks() == {"cache_modes"}, report.summary()
     assert "is not a maximiser of that step's returned logits" in report.summary()
     # negative control: without the argmax check the bfloat16 bound absorbs the changed tokens
     monkeypatch.setattr(checks, "_assert_greedy", lambda *a, **k: None)
-    assert check_kernel(wrong(), checks=["cache_modes"], profile="quick", shrink=False).verdict == "PASS"
+    assert check_kernel(wrong(), checks=["cache_modes"], profile="quick", shrink=False, seed=2).verdict == "PASS"
 
 
 def test_no_new_tokens_means_no_step_logits():
