@@ -885,7 +885,7 @@ def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = Fals
     for i, config in enumerate(configs):
         batches = sh.boundary_tokens(config.input_vocab_size, ctx.seed + i, left_padding=ctx.mp, min_len=min_len,
                                      max_len=6 if generation else 9)
-        n = (0, 1, 4, 3, 2, 5, 1, 3, 2, 2)[i % 10] if generation else 0
+        n = (0, 1, 4, 3, 2, 5, 1, 3, 2, 2)[i] if generation else 0  # one count per boundary config
         out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, batches[i % len(batches)], n, label=f"boundary #{i}"))
     for j, (ci, batch, length, new) in enumerate(sh.BOUNDARY_DECODER_EXTRA, start=len(configs)):
         config = configs[ci]

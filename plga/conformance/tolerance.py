@@ -176,15 +176,14 @@ def _row_floors(t: np.ndarray, dtype: str, n_rows: int) -> np.ndarray:
     try:
         import torch
 
-        a = torch.from_numpy(np.ascontiguousarray(t)).to(getattr(torch, dtype))
-        probe = (2 * ((a + 0.3) - 0.3 - a).abs().double()).amax(dim=rest).numpy() if rest else \
-            (2 * ((a + 0.3) - 0.3 - a).abs().double()).numpy()
-        top = a.abs().double().amax(dim=rest).numpy() if rest else a.abs().double().numpy()
+        a = torch.from_numpy(np.ascontiguousarray(t).reshape(t.shape)).to(getattr(torch, dtype))  # 0-d stays 0-d
+        probe = (2 * ((a + 0.3) - 0.3 - a).abs()).double().numpy()  # element-wise, reduced below
+        top = a.abs().double().numpy()
     except ImportError:  # numpy-only consumers (vectors): float16/32/64 only
         a = t.astype(dtype)
-        probe = (2 * np.abs((a + a.dtype.type(0.3)) - a.dtype.type(0.3) - a)).max(axis=rest).astype(np.float64)
-        top = np.abs(a).max(axis=rest).astype(np.float64)
-    return np.maximum(probe, 2 * _ulps(top, dtype))
+        probe = (2 * np.abs((a + a.dtype.type(0.3)) - a.dtype.type(0.3) - a)).astype(np.float64)
+        top = np.abs(a).astype(np.float64)
+    return np.maximum(probe.max(axis=rest), 2 * _ulps(top.max(axis=rest), dtype))
 
 
 def ulp(x: float, dtype: str) -> float:

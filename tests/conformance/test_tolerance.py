@@ -23,6 +23,7 @@ def test_floor_is_flash_attention_formula_in_the_kernel_dtype():
     probe = float(2 * ((a32 + 0.3) - 0.3 - a32).abs().max())
     assert rounding_floor(a.numpy(), "float32") == max(probe, 2 * float(np.spacing(np.float32(5.0))))
     assert rounding_floor(a.numpy(), "bfloat16") > rounding_floor(a.numpy(), "float32") > rounding_floor(a.numpy(), "float64")
+    assert rounding_floor(np.array(5.0), "float32") == 2 * float(np.spacing(np.float32(5.0)))  # a 0-d truth
 
 
 def test_floor_is_at_least_two_ulp_of_the_largest_output():

@@ -217,7 +217,8 @@ class ForwardOnlyBf16Control(DecoderControl):
 
 
 __all__ = [
-    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control", "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
-    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "PaddingIgnoredAfterPrompt", "PositionsRoundedToBf16", "RotateHalfAsInterleaved", "RowLengthsMixed",
-    "SecondBestNearTie", "StepPositionTableOfEight", "StepPositionsOffByOne",
+    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control", "FullLastQueryBlockDropped",
+    "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo", "LastResidualUnitSkipped",
+    "PaddingIgnoredAfterPrompt", "PositionsRoundedToBf16", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
+    "StepPositionTableOfEight", "StepPositionsOffByOne",
 ]
