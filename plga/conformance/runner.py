@@ -28,7 +28,7 @@ class CheckResult:
     check: str
     dtype: str
     group: str
-    status: str  # passed | failed | skipped | xfailed | xpassed
+    status: str  # passed | failed | skipped | xfailed | xpassed | error (the suite's own code raised)
     message: str = ""
     seconds: float = 0.0
     cases: int = 0
@@ -45,7 +45,11 @@ class CheckResult:
 
 #: Verdicts of a run and their exit status (docs/conformance.md). A run stopped before its end
 #: (Ctrl-C, SIGTERM) with no failure so far has none: ``INTERRUPTED``, the shell's status for it.
-VERDICTS = {"PASS": 0, "FAIL": 1, "NOTHING VERIFIED": 1, "INTERRUPTED": 130}
+#: A run in which the suite's own code raised has none either: ``ERROR``, a bug of plga's.
+VERDICTS = {"PASS": 0, "FAIL": 1, "NOTHING VERIFIED": 1, "ERROR": 3, "INTERRUPTED": 130}
+
+#: The statuses of one check, in the order the report counts them.
+STATUSES = ("passed", "failed", "error", "skipped", "xfailed", "xpassed")
 
 
 @dataclasses.dataclass
@@ -67,10 +71,14 @@ class ConformanceReport:
     @property
     def verdict(self) -> str:
         """``PASS`` (checks ran, none failed), ``FAIL`` (a failure is final, even in a run stopped
-        early), ``INTERRUPTED`` (stopped before its end with no failure: no verdict), or
-        ``NOTHING VERIFIED`` (no check ran: every one skipped or expected to fail — not a pass)."""
+        early or one where the suite raised elsewhere), ``ERROR`` (no failure, but the suite's own
+        code raised in a check: no verdict), ``INTERRUPTED`` (stopped before its end with no
+        failure: no verdict), or ``NOTHING VERIFIED`` (no check ran: every one skipped or
+        expected to fail — not a pass)."""
         if self.failures:
             return "FAIL"
+        if self.errors:
+            return "ERROR"
         if self.interrupted:
             return "INTERRUPTED"
         return "PASS" if any(r.status in ("passed", "xpassed") for r in self.results) else "NOTHING VERIFIED"
@@ -88,8 +96,13 @@ class ConformanceReport:
     def failures(self) -> list[CheckResult]:
         return [r for r in self.results if r.status == "failed"]
 
+    @property
+    def errors(self) -> list[CheckResult]:
+        """Checks in which the suite's own code raised (a bug of plga's, not a verdict)."""
+        return [r for r in self.results if r.status == "error"]
+
     def counts(self) -> dict[str, int]:
-        out = {s: 0 for s in ("passed", "failed", "skipped", "xfailed", "xpassed")}
+        out = dict.fromkeys(STATUSES, 0)
         for r in self.results:
             out[r.status] += 1
         return out
@@ -112,6 +125,8 @@ class ConformanceReport:
         c = self.counts()
         ran = ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no checks"
         what = {"PASS": "conforms", "FAIL": "does NOT conform",
+                "ERROR": "has no verdict: the suite itself raised (a bug in plga, not in the implementation; the "
+                         "traceback is below — please report it)",
                 "INTERRUPTED": "has no verdict: the run was stopped before its end",
                 "NOTHING VERIFIED": "nothing verified: no check ran (every check was skipped; declare capabilities)"}[self.verdict]
         if self.interrupted:
@@ -144,6 +159,8 @@ class ConformanceReport:
         if details:
             for r in self.failures:
                 lines += ["", f"--- {r.id} failed ---", r.message]
+            for r in self.errors:
+                lines += ["", f"--- {r.id}: the suite raised (a bug in plga) ---", r.message]
         lines += ["", self.verdict_line()]
         return "\n".join(lines)
 
@@ -261,7 +278,7 @@ def check_kernel(
                 result = _run_one(adapter, name, dtype, prof, shrink, run_seed, check_timeout,
                                   expected.get(f"{name}[{dtype}]", expected.get(name)), stuck)
                 results.append(result)
-                if exitfirst and result.status == "failed":
+                if exitfirst and result.status in ("failed", "error"):
                     break
     except KeyboardInterrupt as exc:
         if not user_interrupted():
@@ -304,7 +321,13 @@ def refuse_baseline(adapter: Adapter) -> None:
 
 def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool, seed: int, timeout: float | None,
              xfail_reason: str | None, on_stuck: Callable[[str], None]) -> CheckResult:
-    """One check; every way foreign code can leave it (exception, exit, timeout) is its result."""
+    """One check; every way foreign code can leave it (exception, exit, timeout) is its result.
+
+    The guard turns every escape from the implementation's code into a failure
+    (:class:`~plga.conformance.guard.KernelCrash`, an ``AssertionError``); any other exception
+    was raised by the suite's own code: status ``error``, with its traceback, never a failure of
+    the implementation (nor an expected one).
+    """
     import os
 
     ctx = Context(adapter, dtype, profile, f"{name}[{dtype}]", shrink, os.environ.get("PLGA_REPRODUCE"), seed)
@@ -320,11 +343,11 @@ def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool
     except AssertionError as exc:
         notes = "\n".join(getattr(exc, "__notes__", []))
         status, msg = "failed", f"{exc}\n{notes}".strip()
-    except BaseException as exc: # an implementation's crash or exit is a failure of the check
+    except BaseException as exc:
         if isinstance(exc, KeyboardInterrupt) and user_interrupted():
             raise
-        status = "failed"
-        msg = f"{type(exc).__name__}: {exc}\n" + "".join(traceback.format_exception(exc)[-3:])
+        # the exception first (the report's one-line reason), then its whole traceback
+        status, msg = "error", traceback.format_exception_only(exc)[0].strip() + "\n" + "".join(traceback.format_exception(exc)).rstrip()
     if status == "failed" and xfail_reason:
         status, msg = "xfailed", msg + f"\n(expected: {xfail_reason})"
     return CheckResult(name, dtype, CHECKS[name].group, status, msg, time.perf_counter() - t0, ctx.cases,
@@ -384,8 +407,9 @@ def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[
                   seed: int | None = None, check_timeout: float | None = None) -> list[dict[str, Any]]:
     """Run a profile in-process; one row per check group, for ``plga verify``.
 
-    Row keys: ``suite``, ``group``, ``implementation``, ``passed``, ``failed``, ``skipped``,
-    ``seconds``, ``ok`` (checks ran and none failed), ``failures`` (ids). ``impl`` defaults to
+    Row keys: ``suite``, ``group``, ``implementation``, ``passed``, ``failed``, ``errors`` (the
+    suite raised), ``skipped``, ``seconds``, ``ok`` (checks ran, none failed, none raised),
+    ``failures`` and ``raised`` (ids of the failed checks, of those where the suite raised). ``impl`` defaults to
     the switch (``$PLGA_IMPL``, else the project's kernels).
     """
     report = check_kernel(impl if impl is not None else resolve_impl(), profile=profile, groups=groups, shrink=False,
@@ -405,13 +429,15 @@ def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[
             "implementation": report.implementation,
             "passed": count("passed") + count("xpassed"),
             "failed": count("failed"),
+            "errors": count("error"),
             "skipped": count("skipped") + count("xfailed"),
             "seconds": round(sum(r.seconds for r in rs), 2),
-            "ok": count("failed") == 0 and count("passed") + count("xpassed") > 0,
+            "ok": count("failed") + count("error") == 0 and count("passed") + count("xpassed") > 0,
             "failures": [r.id for r in rs if r.status == "failed"],
+            "raised": [r.id for r in rs if r.status == "error"],
         })
     return rows
 
 
-__all__ = ["VERDICTS", "CheckResult", "ConformanceInterrupted", "ConformanceReport", "check_kernel", "keyword_matcher", "parametrize_with_checks",
+__all__ = ["STATUSES", "VERDICTS", "CheckResult", "ConformanceInterrupted", "ConformanceReport", "check_kernel", "keyword_matcher", "parametrize_with_checks",
            "quick_summary"]

@@ -4,8 +4,9 @@ Runs :func:`plga.conformance.check_kernel` on every control of
 :data:`plga.conformance.controls.CONTROLS` and prints, per control, the verdict and the
 checks that failed, then ``caught W/W wrong kernels, F false positives among C correct
 ones``. A wrong control is *caught* when the verdict is FAIL; a correct one is a *false
-positive* when it is not PASS. Exit status 0 only with everything caught and no false
-positive.
+positive* when it is not PASS. A control on which the suite's own code raised (status
+``error``) counts as neither: it is listed with its traceback. Exit status 0 only with
+everything caught, no false positive and no error of the suite.
 """
 
 from __future__ import annotations
@@ -27,13 +28,16 @@ class ControlOutcome:
 
     @property
     def ok(self) -> bool:
-        """Caught (wrong control) or accepted (correct control)."""
+        """Caught (wrong control) or accepted (correct control), and the suite raised nowhere (a
+        wrong control "caught" by the suite's own exception is not caught)."""
+        if self.report.errors:
+            return False
         return self.report.verdict == "PASS" if self.control.correct else self.report.verdict == "FAIL"
 
     def row(self) -> dict[str, Any]:
         c = self.control
         return {"control": c.name, "correct": c.correct, "verdict": self.report.verdict, "ok": self.ok,
-                "failed_checks": sorted(self.report.failed_checks()), "seconds": round(self.report.seconds, 2),
+                "failed_checks": sorted(self.report.failed_checks()), "suite_errors": [r.id for r in self.report.errors], "seconds": round(self.report.seconds, 2),
                 "description": c.description}
 
 
@@ -61,24 +65,28 @@ def run_self_test(*, profile: str = "quick", seed: int | None = None, check_time
     wrong = [o for o in outcomes if not o.control.correct]
     right = [o for o in outcomes if o.control.correct]
     caught = sum(o.ok for o in wrong)
-    false_pos = sum(not o.ok for o in right)
-    ok = caught == len(wrong) and false_pos == 0
+    false_pos = sum(not o.ok and not o.report.errors for o in right)
+    raised = sum(bool(o.report.errors) for o in outcomes)
+    ok = caught == len(wrong) and false_pos == 0 and not raised
     line = (f"plga conformance --self-test: {'PASS' if ok else 'FAIL'} — caught {caught}/{len(wrong)} wrong kernels, "
-            f"{false_pos} false positives among {len(right)} correct ones (profile {profile}, "
+            f"{false_pos} false positives among {len(right)} correct ones"
+            + (f", the suite raised on {raised} (a bug in plga)" if raised else "") + f" (profile {profile}, "
             f"seed {outcomes[0].report.seed if outcomes else seed}, {time.perf_counter() - t0:.1f} s)")
     if as_json:
-        print(json.dumps({"ok": ok, "caught": caught, "wrong": len(wrong), "false_positives": false_pos,
+        print(json.dumps({"ok": ok, "caught": caught, "wrong": len(wrong), "false_positives": false_pos, "suite_errors": raised,
                           "correct": len(right), "profile": profile, "controls": [o.row() for o in outcomes]}, indent=2,
                          ensure_ascii=False))
         return 0 if ok else 1
     print(line)
     for o in outcomes:
         kind = "correct" if o.control.correct else "wrong"
-        mark = "ok  " if o.ok else "MISS" if not o.control.correct else "FP  "
+        mark = "ok  " if o.ok else "ERR " if o.report.errors else "MISS" if not o.control.correct else "FP  "
         failed = ", ".join(sorted(o.report.failed_checks())) or "-"
         print(f"  {mark} {kind:7s} {o.control.name:<30} {o.report.verdict:<16} failed: {failed}")
     for o in outcomes:
-        if o.control.correct and not o.ok:
+        for r in o.report.errors:
+            print(f"\n--- {o.control.name}: the suite raised in {r.id} (a bug in plga) ---\n{r.message}")
+        if o.control.correct and not o.ok and not o.report.errors:
             print(f"\n--- false positive {o.control.name} ---")
             for r in o.report.failures:
                 print(f"{r.id}: {r.message}")

@@ -2,7 +2,8 @@
 
 Exit status 0 only when every part ran something and passed: the conformance part counts as
 passed only if checks ran and none failed (an implementation that declares nothing is
-"nothing verified", a failure); 1 otherwise; 2 for usage errors.
+"nothing verified", a failure); 1 otherwise; 3 (``ERROR``, no verdict) when the only parts that
+did not pass are conformance checks in which the suite's own code raised; 2 for usage errors.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def verify_main(args: argparse.Namespace) -> int:
     from ..proofs_bridge import run_all, summary
     from ..reference.reduction import sdpa_reduction
     from .adapter import resolve_impl
-    from .runner import quick_summary
+    from .runner import VERDICTS, quick_summary
 
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be ≥ 1, got {args.max_examples}")
@@ -55,31 +56,37 @@ def verify_main(args: argparse.Namespace) -> int:
                            + (f"; failed: {', '.join(failed[:5])}" if failed else "")})
 
     conf = quick_summary(adapter, seed=args.seed, check_timeout=args.check_timeout)
-    if not any(r["passed"] for r in conf):
+    if not any(r["passed"] or r["errors"] for r in conf):
         rows.append({"check": "conformance", "ok": False, "seconds": sum(r["seconds"] for r in conf),
                      "detail": f"{adapter.name}: nothing verified — no check ran (declare capabilities)"})
     for row in conf:  # a group where nothing ran (undeclared) is skipped, never a pass
-        ran = row["passed"] + row["failed"] > 0
-        rows.append({"check": f"conformance: {row['group']}", "ok": row["failed"] == 0 if ran else None,
-                     "seconds": row["seconds"],
-                     "detail": f"{row['implementation']}: {row['passed']} passed, {row['failed']} failed, {row['skipped']} skipped"
-                               + (f"; failed: {', '.join(row['failures'][:3])}" if row["failures"] else "")})
+        ran = row["passed"] + row["failed"] + row["errors"] > 0
+        raised = f", {row['errors']} raised in the suite (a bug in plga: run plga conformance for the traceback)"
+        rows.append({"check": f"conformance: {row['group']}", "ok": row["failed"] + row["errors"] == 0 if ran else None,
+                     "seconds": row["seconds"], "error": row["errors"] > 0 and not row["failed"],
+                     "detail": f"{row['implementation']}: {row['passed']} passed, {row['failed']} failed"
+                               + (raised if row["errors"] else "") + f", {row['skipped']} skipped"
+                               + (f"; failed: {', '.join(row['failures'][:3])}" if row["failures"] else "")
+                               + (f"; raised: {', '.join(row['raised'][:3])}" if row["raised"] else "")})
     judged = [r for r in rows if r["ok"] is not None]
     ok = all(r["ok"] for r in judged)
+    # no verdict where the only parts that did not pass are the suite's own errors
+    error = not ok and all(r["ok"] or r.get("error") for r in judged)
     skipped = len(rows) - len(judged)
-    verdict = (f"plga verify: {'PASS' if ok else 'FAIL'} ({sum(bool(r['ok']) for r in judged)}/{len(judged)} checks"
+    word = "PASS" if ok else "ERROR" if error else "FAIL"
+    verdict = (f"plga verify: {word} ({sum(bool(r['ok']) for r in judged)}/{len(judged)} checks"
                + (f"; {skipped} skipped: nothing ran" if skipped else "") + ")")
     if args.json:
-        print(json.dumps({"ok": ok, "rows": rows}, indent=2))
+        print(json.dumps({"ok": ok, "verdict": word, "rows": rows}, indent=2))
     else:
         print(verdict)
         width = max(len(r["check"]) for r in rows)
         print(f"{'check':<{width}}  result  seconds  detail")
         for r in rows:
-            status = "SKIP" if r["ok"] is None else "PASS" if r["ok"] else "FAIL"
+            status = "SKIP" if r["ok"] is None else "PASS" if r["ok"] else "ERROR" if r.get("error") else "FAIL"
             print(f"{r['check']:<{width}}  {status:<6}  {r['seconds']:7.1f}  {r['detail']}")
         print(verdict)
-    return 0 if ok else 1
+    return VERDICTS[word]
 
 
 __all__ = ["add_verify_arguments", "verify_main"]
