@@ -13,7 +13,10 @@ import contextlib
 import dataclasses
 import io
 import json
+import sys
 from typing import Any
+
+import pytest
 
 from plga.conformance import Adapter, check_kernel, checks
 from plga.conformance import strategies as sh
@@ -129,3 +132,13 @@ def test_verify_reports_a_suite_error_as_error(monkeypatch, capsys):
     out = capsys.readouterr().out.splitlines()
     chain = next(line for line in out if line.startswith("conformance: chain"))
     assert " ERROR " in chain and "raised in the suite" in chain and out[0].startswith("plga verify: ERROR")
+
+
+@pytest.mark.skipif(sys.version_info < (3, 11), reason="exception notes need Python 3.11")
+def test_under_pytest_a_suite_error_says_whose_it_is(monkeypatch):
+    from plga.conformance.adapter import resolve_impl
+
+    _suite_bug(monkeypatch)
+    with pytest.raises(IndexError) as info:
+        checks.run_check(resolve_impl("default"), "operator_chain", "float32", profile="quick")
+    assert any("a bug in plga, not a failure of the implementation" in n for n in getattr(info.value, "__notes__", []))
