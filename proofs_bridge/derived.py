@@ -19,6 +19,8 @@ from hypothesis import HealthCheck, Phase, assume, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
 
+from plga.draws import seed_alone_decides
+
 from .backends import F64, Exact, FinsetV, NonReal, lift
 from .elaborate import Outside
 from .evaluate import Evaluator, Impl
@@ -103,7 +105,8 @@ def run_derived(stmt: Statement, impls: dict[str, Impl], max_examples: int = 25,
             raise CheckFailed(msg)
 
     try:
-        prop()
+        with seed_alone_decides():
+            prop()
     except CheckFailed as exc:
         return Outcome("fail", state["examples"], state["worst"], str(exc))
     except Unsatisfiable:

@@ -29,6 +29,7 @@ from hypothesis import strategies as st
 from hypothesis.errors import UnsatisfiedAssumption
 
 from ..datafiles import GOLDEN_CHECKPOINT, TRAINED_G_LM, missing_reason
+from ..draws import seed_alone_decides
 from . import eager as eg
 from . import oracle, profiles
 from . import strategies as sh
@@ -208,7 +209,7 @@ def run_property(ctx: Context, strategy: Any, body: Callable[[Any], None], facto
         version, _, blob = ctx.reproduce.partition(":")
         test = reproduce_failure(version, blob.encode())(test)
     try:
-        with profiles.seed_alone_decides():
+        with seed_alone_decides():
             test()
     except AssertionError as exc:
         _add_repro(exc, ctx)

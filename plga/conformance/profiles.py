@@ -15,10 +15,8 @@ Selection: an explicit name, else ``$PLGA_PROFILE``, else ``ci`` when ``$CI`` is
 ``quick``. The suite applies the profile to its own properties only, so it never changes the
 global Hypothesis settings of a host test session.
 
-Hypothesis (≥ 6.131) draws about one number in twenty from a pool of the constants written in
-every *local* module the process has imported so far; that pool grows as a process imports
-modules, so the same seed drew other cases under pytest after other tests, or beside an adapter
-whose module holds numbers. :func:`seed_alone_decides` keeps that pool out of the suite's draws.
+The suite draws under :func:`plga.draws.seed_alone_decides`, so what else the process has
+imported does not change the cases.
 
 ``examples(profile, factor)`` scales the budget for expensive checks (decoder, mpmath), as
 array-api-tests gives unvectorized tests a tenth of the examples.
@@ -26,9 +24,7 @@ array-api-tests gives unvectorized tests a tenth of the examples.
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import Iterator
 
 from hypothesis import HealthCheck, Phase, settings
 
@@ -82,35 +78,4 @@ def hypothesis_settings(name: str, factor: float = 1.0, *, shrink: bool = True) 
     return settings(base, max_examples=n, phases=phases)
 
 
-@contextlib.contextmanager
-def seed_alone_decides() -> Iterator[None]:
-    """Draw without Hypothesis's pool of local-module constants while the block runs, so that the
-    seed and the check id alone decide the cases, whatever the process has imported.
-
-    The pool is private to Hypothesis (``providers._get_local_constants`` and its cache
-    ``CONSTANTS_CACHE``, cleared on entry and exit so that no pool computed outside leaks in and
-    the empty one never leaks out); a Hypothesis without it draws from no such pool.
-    ``tests/conformance/test_cli.py`` fails if a later Hypothesis moves it elsewhere.
-    """
-    try:
-        from hypothesis.internal.conjecture import providers
-        from hypothesis.internal.constants_ast import Constants
-    except ImportError:  # a Hypothesis before the pool
-        yield
-        return
-    original = getattr(providers, "_get_local_constants", None)
-    cache = getattr(providers, "CONSTANTS_CACHE", None)
-    if original is None or cache is None:
-        yield
-        return
-    providers._get_local_constants = Constants
-    cache.cache.clear()
-    try:
-        yield
-    finally:
-        providers._get_local_constants = original
-        cache.cache.clear()
-
-
-__all__ = ["CHECK_TIMEOUT", "DEFAULT_SEED", "PROFILES", "hypothesis_settings", "register_profiles", "seed_alone_decides",
-           "selected"]
+__all__ = ["CHECK_TIMEOUT", "DEFAULT_SEED", "PROFILES", "hypothesis_settings", "register_profiles", "selected"]

@@ -1,9 +1,7 @@
 """``plga conformance``: exit codes, verdict and coverage, seeds, isolation from the working
 folder, verdicts a kernel cannot forge, time limits, vectors, and the docs' numbers."""
 
-import contextlib
 import hashlib
-import importlib
 import json
 import re
 import subprocess
@@ -11,13 +9,10 @@ import sys
 import textwrap
 import time
 from pathlib import Path
-from typing import Any
 
-import hypothesis
 import numpy as np
 import pytest
 import torch
-from hypothesis import strategies as st
 from safetensors.numpy import load_file
 
 from plga.conformance import profiles
@@ -259,41 +254,6 @@ def test_same_seed_same_verdict_and_the_seed_is_printed(kernel_dir):
     strip = lambda out: [ln for ln in out.splitlines() if " s)" not in ln and "s, " not in ln]  # noqa: E731 — drop timings
     assert strip(a.stdout) == strip(b.stdout)
     assert "seed 7" in a.stdout.splitlines()[0] and "seed 8" in c.stdout.splitlines()[0]
-
-
-def _seeded_draws(under: Any) -> list[int]:
-    """500 integers a seeded Hypothesis test draws in [0, 2**20], run inside ``under()``."""
-    out: list[int] = []
-
-    @hypothesis.seed(11)
-    @hypothesis.settings(max_examples=500, database=None, phases=[hypothesis.Phase.generate], deadline=None)
-    @hypothesis.given(st.integers(0, 2**20))
-    def draw(x: int) -> None:
-        out.append(x)
-
-    with under():
-        draw()
-    return out
-
-
-def test_imported_modules_do_not_change_the_cases_a_seed_draws(tmp_path, monkeypatch):
-    # Hypothesis draws ~1 in 20 numbers from the constants of the local modules imported so far; a
-    # module of many constants in range, imported between two runs, changes the draws without
-    # profiles.seed_alone_decides (the negative control) and not with it
-    def import_module_of_constants(name: str, first: int) -> set[int]:
-        numbers = {first + 977 * i for i in range(900)}
-        (tmp_path / f"{name}.py").write_text(f"NUMBERS = ({', '.join(map(str, sorted(numbers)))})\n")
-        monkeypatch.syspath_prepend(str(tmp_path))
-        importlib.import_module(name)
-        return numbers
-
-    before = _seeded_draws(profiles.seed_alone_decides)
-    import_module_of_constants("plga_constants_a", 100_003)
-    assert _seeded_draws(profiles.seed_alone_decides) == before
-    before = _seeded_draws(contextlib.nullcontext)
-    numbers = import_module_of_constants("plga_constants_b", 100_501)
-    after = _seeded_draws(contextlib.nullcontext)
-    assert after != before and set(after) & numbers
 
 
 def test_usage_errors_of_the_options(kernel_dir, capsys):
