@@ -60,14 +60,15 @@ def test_every_part_reports_in_order_with_its_verdict(tmp_path):
 def test_a_time_cap_gets_every_part_s_report(tmp_path):
     """A slow kernel (0.5 s a call, minutes for its checks) outlasts the cap: it reports
     INTERRUPTED with what it finished, the other part reports too, and the step fails (124, the
-    cap's status). At a 20 s cap one CI run on a loaded host ended the slow part without any
-    report (the cause not established; a part still starting up has no handler yet), so the cap
-    leaves two processes room to start."""
+    cap's status). A part the cap stops while it still loads its implementation says so (on a
+    loaded CI host the slow part once reported nothing at all: it had no SIGTERM handler before
+    its checks began)."""
     slow = "--impl slowkern:good -k 'attention and float32'"
     r = _parts(tmp_path, slow, "-k 'sdpa_identity and float64'", cap_s=40)
     assert r.returncode == 124, r.stdout[-3000:] + r.stderr[-2000:]
     reports = _reports(r.stdout)
     assert list(reports) == [slow, "-k 'sdpa_identity and float64'"], r.stdout[-3000:]
     stopped = reports[slow]
-    assert stopped.startswith("plga conformance: INTERRUPTED") and re.search(r"\d+ of \d+ checks ran before the stop", stopped), stopped
+    assert stopped.startswith("plga conformance: INTERRUPTED"), stopped
+    assert re.search(r"\d+ of \d+ checks ran before the stop|stopped while loading slowkern:good", stopped), stopped
     assert reports["-k 'sdpa_identity and float64'"].startswith(("plga conformance: PASS", "plga conformance: INTERRUPTED"))

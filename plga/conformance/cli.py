@@ -103,12 +103,20 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         return run_self_test(profile=args.profile or "quick", seed=args.seed, check_timeout=args.check_timeout,
                              as_json=args.json, keyword=args.keyword, show_progress=not args.no_progress)
-    from .adapter import resolve_impl
-    from .guard import ignore_stop_signals, watch_user_interrupt
-    from .runner import ConformanceInterrupted, check_kernel
+    from .guard import user_interrupted, watch_user_interrupt
 
-    adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
-    with watch_user_interrupt():  # a repeated stop signal waits for the report
+    # from the implementation's import to the report, a stop is reported (a repeated one waits,
+    # and once stopped the process ignores them until it exits)
+    with watch_user_interrupt(ignore_after_stop=True):
+        try:
+            from .adapter import resolve_impl
+            from .runner import ConformanceInterrupted, check_kernel
+
+            adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
+        except KeyboardInterrupt:
+            if not user_interrupted():
+                raise
+            return _stopped_while_loading(args)
         try:
             report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
                                   expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
@@ -122,9 +130,21 @@ def run_from_args(args: argparse.Namespace) -> int:
             print(json.dumps(report.to_json(), indent=2, ensure_ascii=False), flush=True)
         else:
             print(report.summary(), flush=True)
-    if report.interrupted:  # reported: the process exits now, with the verdict's status
-        ignore_stop_signals()
     return report.exit_code
+
+
+def _stopped_while_loading(args: argparse.Namespace) -> int:
+    """Report a run stopped (Ctrl-C, SIGTERM) before its first check: no verdict, exit 130."""
+    from .runner import VERDICTS
+
+    impl = args.impl or "the default implementation"
+    line = f"plga conformance: INTERRUPTED — stopped while loading {impl}, before any check ran: no verdict"
+    if args.json:
+        print(json.dumps({"verdict": "INTERRUPTED", "exit_code": VERDICTS["INTERRUPTED"], "implementation": impl,
+                          "stopped": "while loading the implementation", "results": []}, indent=2), flush=True)
+    else:
+        print(line, flush=True)
+    return VERDICTS["INTERRUPTED"]
 
 
 def conformance_main(argv: Sequence[str] | None = None) -> int:

@@ -84,12 +84,15 @@ def user_interrupted() -> bool:
 
 
 @contextlib.contextmanager
-def watch_user_interrupt() -> Iterator[None]:
+def watch_user_interrupt(*, ignore_after_stop: bool = False) -> Iterator[None]:
     """Record a real SIGINT, or a SIGTERM (how ``timeout`` and job schedulers stop a run), and
     raise KeyboardInterrupt for the first; later ones are ignored while the run stops (``timeout``
     signals the command and then its process group: a second SIGTERM would otherwise kill the
     run before it reports what finished). Nested, an inner watch hands back to the outer one
-    (the CLI keeps one around the report). Main thread only."""
+    (the CLI keeps one around the report). ``ignore_after_stop``: a watch left after a stop
+    ignores both signals from then on instead of handing back the previous handlers (a command
+    that reports and exits; never in a library call, whose caller keeps its Ctrl-C). Main
+    thread only."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -105,17 +108,9 @@ def watch_user_interrupt() -> Iterator[None]:
     try:
         yield
     finally:
+        stopped = ignore_after_stop and _user_interrupt.is_set()
         for sig, previous in old.items():
-            signal.signal(sig, previous)
-
-
-def ignore_stop_signals() -> None:
-    """Ignore SIGINT and SIGTERM from now on (main thread only): for a command that was stopped
-    and has written its report, so that a repeated stop signal while it exits cannot turn its
-    exit status into a kill."""
-    if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_IGN)
+            signal.signal(sig, signal.SIG_IGN if stopped else previous)
 
 
 # --- copies ---------------------------------------------------------------------------------
@@ -356,6 +351,6 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 __all__ = [
     "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
-    "escape_text", "foreign_failure", "guarded", "ignore_stop_signals", "owned_output", "time_limit",
+    "escape_text", "foreign_failure", "guarded", "owned_output", "time_limit",
     "user_interrupted", "watch_user_interrupt",
 ]
