@@ -27,7 +27,16 @@ def add_verify_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def verify_main(args: argparse.Namespace) -> int:
-    """Run the three parts and print one table; the verdict line first."""
+    """Run the three parts and print one table; the verdict line first. A stop (Ctrl-C, or the
+    SIGTERM of ``timeout`` and job schedulers) ends it as ``plga verify: interrupted``, exit 130
+    (:func:`plga.cli.run_command`), not killed without a word."""
+    from .guard import watch_user_interrupt
+
+    with watch_user_interrupt(ignore_after_stop=True):
+        return _verify(args)
+
+
+def _verify(args: argparse.Namespace) -> int:
     from ..proofs_bridge import run_all, summary
     from ..reference.reduction import sdpa_reduction
     from .adapter import resolve_impl

@@ -197,6 +197,29 @@ def test_a_run_stopped_while_its_implementation_loads_says_so(tmp_path):
                                 "no verdict"], out + err
 
 
+def test_verify_stopped_by_sigterm_says_so(tmp_path):
+    """``timeout plga verify``: before, SIGTERM killed it without a word (exit −15)."""
+    import os
+    import signal
+
+    (tmp_path / "loaded.py").write_text(textwrap.dedent("""
+        import pathlib
+        from plga.kernels import plga_attention as fn
+        pathlib.Path("LOADED").write_text("")
+    """))
+    proc = subprocess.Popen([PLGA, "verify", "--impl", "loaded:fn"], cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env={**os.environ, "PLGA_NO_PROGRESS": "1"})
+    deadline = time.monotonic() + 120
+    while not (tmp_path / "LOADED").exists() and proc.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)  # into its parts
+    proc.send_signal(signal.SIGTERM)
+    time.sleep(0.001)
+    proc.send_signal(signal.SIGTERM)  # as `timeout` does: ignored
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and err.strip().splitlines()[-1] == "plga verify: interrupted", out[-2000:] + err[-2000:]
+
+
 def test_a_repeated_stop_signal_is_ignored_while_the_run_stops():
     """The first SIGTERM stops the run (KeyboardInterrupt); one more while it stops and reports
     is ignored, where it would have raised again mid-report (or, after the watch, killed the
