@@ -75,6 +75,7 @@ class BadOutput(ConformanceFailure):
 # --- user interrupts ------------------------------------------------------------------------
 
 _user_interrupt = threading.Event()
+_watch_depth = 0  # watches active on the main thread
 
 
 def user_interrupted() -> bool:
@@ -96,7 +97,9 @@ def watch_user_interrupt(*, ignore_after_stop: bool = False) -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    _user_interrupt.clear()
+    global _watch_depth
+    if _watch_depth == 0:  # nested, a stop the outer watch recorded (maybe swallowed) stands
+        _user_interrupt.clear()
 
     def handler(signum: int, frame: Any) -> None:
         if _user_interrupt.is_set():  # already stopping
@@ -105,9 +108,11 @@ def watch_user_interrupt(*, ignore_after_stop: bool = False) -> Iterator[None]:
         raise KeyboardInterrupt
 
     old = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    _watch_depth += 1
     try:
         yield
     finally:
+        _watch_depth -= 1
         stopped = ignore_after_stop and _user_interrupt.is_set()
         for sig, previous in old.items():
             signal.signal(sig, signal.SIG_IGN if stopped else previous)

@@ -36,6 +36,14 @@ def verify_main(args: argparse.Namespace) -> int:
         return _verify(args)
 
 
+def _stop_if_asked() -> None:
+    """Stop between parts after a stop whose KeyboardInterrupt was swallowed (a gc callback)."""
+    from .guard import user_interrupted
+
+    if user_interrupted():
+        raise KeyboardInterrupt
+
+
 def _verify(args: argparse.Namespace) -> int:
     from ..proofs_bridge import run_all, summary
     from ..reference.reduction import sdpa_reduction
@@ -54,6 +62,7 @@ def _verify(args: argparse.Namespace) -> int:
     rows.append({"check": "SDPA reduction (G = I)", "ok": sdpa_ok, "seconds": time.perf_counter() - t0,
                  "detail": f"{len(sdpa_rows)} cases; float64 max diff {worst!r} (exact), mpmath {worst_mp:.1e}"})
 
+    _stop_if_asked()
     t0 = time.perf_counter()
     results = run_all(max_examples=args.max_examples)
     s = summary(results)
@@ -64,6 +73,7 @@ def _verify(args: argparse.Namespace) -> int:
                            f"symbolic {s['proved_symbolically']}/{s['algebraic_identities']}; kernel-checked 0 (no Lean here)"
                            + (f"; failed: {', '.join(failed[:5])}" if failed else "")})
 
+    _stop_if_asked()
     conf = quick_summary(adapter, seed=args.seed, check_timeout=args.check_timeout)
     if not any(r["passed"] or r["errors"] for r in conf):
         rows.append({"check": "conformance", "ok": False, "seconds": sum(r["seconds"] for r in conf),

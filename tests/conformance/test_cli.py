@@ -220,6 +220,32 @@ def test_verify_stopped_by_sigterm_says_so(tmp_path):
     assert proc.returncode == 130 and err.strip().splitlines()[-1] == "plga verify: interrupted", out[-2000:] + err[-2000:]
 
 
+def test_a_nested_watch_keeps_a_stop_the_outer_one_recorded():
+    """A stop whose KeyboardInterrupt was swallowed (in CI: by a gc callback during plga verify's
+    theorem part) stays recorded when check_kernel opens its own watch (before: cleared, and
+    plga verify ran on to PASS, exit 0)."""
+    import os
+    import signal
+
+    from plga.conformance.guard import user_interrupted, watch_user_interrupt
+
+    before = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        with watch_user_interrupt():
+            try:
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(5)
+            except KeyboardInterrupt:
+                pass  # swallowed
+            with watch_user_interrupt():
+                assert user_interrupted()
+        with watch_user_interrupt():  # a new outermost watch starts afresh
+            assert not user_interrupted()
+    finally:
+        for sig, handler in before.items():
+            signal.signal(sig, handler)
+
+
 def test_a_repeated_stop_signal_is_ignored_while_the_run_stops():
     """The first SIGTERM stops the run (KeyboardInterrupt); one more while it stops and reports
     is ignored, where it would have raised again mid-report (or, after the watch, killed the
