@@ -84,6 +84,13 @@ def user_interrupted() -> bool:
     return _user_interrupt.is_set()
 
 
+def stop_if_interrupted() -> None:
+    """Raise KeyboardInterrupt if a stop was recorded whose own KeyboardInterrupt was swallowed
+    (a gc callback, a kernel that caught it): called between checks and between parts."""
+    if _user_interrupt.is_set():
+        raise KeyboardInterrupt
+
+
 @contextlib.contextmanager
 def watch_user_interrupt(*, ignore_after_stop: bool = False) -> Iterator[None]:
     """Record a real SIGINT, or a SIGTERM (how ``timeout`` and job schedulers stop a run), and
@@ -356,6 +363,6 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 __all__ = [
     "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
-    "escape_text", "foreign_failure", "guarded", "owned_output", "time_limit",
-    "user_interrupted", "watch_user_interrupt",
+    "escape_text", "foreign_failure", "guarded", "owned_output", "stop_if_interrupted",
+    "time_limit", "user_interrupted", "watch_user_interrupt",
 ]

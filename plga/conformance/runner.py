@@ -18,7 +18,7 @@ from ..progress import progress
 from . import profiles
 from .adapter import Adapter, SkipCheck, as_adapter, plga_environment, resolve_impl
 from .checks import CHECKS, GROUPS, Context, check_ids, run_check
-from .guard import CheckTimeout, user_interrupted, watch_user_interrupt
+from .guard import CheckTimeout, stop_if_interrupted, user_interrupted, watch_user_interrupt
 
 
 @dataclasses.dataclass
@@ -268,8 +268,7 @@ def check_kernel(
         with watch_user_interrupt():
             pairs = _select(adapter, checks, groups, dtypes, keyword)
             for name, dtype in progress(pairs, "plga conformance", show=show_progress):
-                if user_interrupted():  # a stop whose KeyboardInterrupt was swallowed (a gc callback, a kernel)
-                    raise KeyboardInterrupt
+                stop_if_interrupted()
 
                 def stuck(message: str) -> None:
                     print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message} "

@@ -36,18 +36,11 @@ def verify_main(args: argparse.Namespace) -> int:
         return _verify(args)
 
 
-def _stop_if_asked() -> None:
-    """Stop between parts after a stop whose KeyboardInterrupt was swallowed (a gc callback)."""
-    from .guard import user_interrupted
-
-    if user_interrupted():
-        raise KeyboardInterrupt
-
-
 def _verify(args: argparse.Namespace) -> int:
     from ..proofs_bridge import run_all, summary
     from ..reference.reduction import sdpa_reduction
     from .adapter import resolve_impl
+    from .guard import stop_if_interrupted
     from .runner import VERDICTS, quick_summary
 
     if args.max_examples < 1:
@@ -62,7 +55,7 @@ def _verify(args: argparse.Namespace) -> int:
     rows.append({"check": "SDPA reduction (G = I)", "ok": sdpa_ok, "seconds": time.perf_counter() - t0,
                  "detail": f"{len(sdpa_rows)} cases; float64 max diff {worst!r} (exact), mpmath {worst_mp:.1e}"})
 
-    _stop_if_asked()
+    stop_if_interrupted()
     t0 = time.perf_counter()
     results = run_all(max_examples=args.max_examples)
     s = summary(results)
@@ -73,7 +66,7 @@ def _verify(args: argparse.Namespace) -> int:
                            f"symbolic {s['proved_symbolically']}/{s['algebraic_identities']}; kernel-checked 0 (no Lean here)"
                            + (f"; failed: {', '.join(failed[:5])}" if failed else "")})
 
-    _stop_if_asked()
+    # (after a swallowed stop, check_kernel stops before its first check)
     conf = quick_summary(adapter, seed=args.seed, check_timeout=args.check_timeout)
     if not any(r["passed"] or r["errors"] for r in conf):
         rows.append({"check": "conformance", "ok": False, "seconds": sum(r["seconds"] for r in conf),
