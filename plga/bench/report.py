@@ -10,7 +10,7 @@ from typing import Any
 
 from .plan import MIN_RUNS
 from .rows import STATUSES, Row
-from .targets import TARGET_STATUSES, Verdict
+from .targets import REPORT, TARGET_STATUSES, Verdict
 
 SCHEMA = "plga-bench/2"
 
@@ -58,10 +58,14 @@ def _target_errors(where: str, t: Any) -> list[str]:
     errs = []
     if t.get("status") not in TARGET_STATUSES:
         errs.append(f"{where}.status must be one of {TARGET_STATUSES}")
-    if t.get("op") not in (">=", "<="):
-        errs.append(f"{where}.op must be '>=' or '<='")
-    if t.get("status") in ("met", "missed") and not _is(t.get("measured"), float):
-        errs.append(f"{where}: a judged target needs a numeric measured value")
+    if t.get("op") not in (">=", "<=", REPORT):
+        errs.append(f"{where}.op must be '>=', '<=' or {REPORT!r}")
+    if t.get("op") == REPORT and t.get("status") not in ("reported", "not measured"):
+        errs.append(f"{where}: a target without a goal is reported (or not measured), never judged")
+    if t.get("op") != REPORT and t.get("status") == "reported":
+        errs.append(f"{where}: a target with a goal is judged, not reported")
+    if t.get("status") in ("met", "missed", "reported") and not _is(t.get("measured"), float):
+        errs.append(f"{where}: a {t.get('status')} target needs a numeric measured value")
     if t.get("status") == "missed" and not (_is(t.get("shortfall"), float) and t["shortfall"] > 0):
         errs.append(f"{where}: a missed target needs a positive shortfall")
     return errs
@@ -192,12 +196,12 @@ def _show(v: float | None, unit: str, as_pct: bool) -> str:
 
 def format_targets(verdicts: list[Verdict]) -> str:
     """The verdicts as a Markdown table: met / missed (by how much; why, where the host rules the
-    target out) / not measured (why)."""
+    target out) / not measured (why) / reported (a value without a goal)."""
     head = ("target", "goal", "measured", "status", "shortfall")
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for t in verdicts:
         pct = t.unit == "" and t.threshold <= 1.0
-        goal = f"{t.op} {_show(t.threshold, t.unit, pct)}"
+        goal = "– (reported)" if t.op == REPORT else f"{t.op} {_show(t.threshold, t.unit, pct)}"
         short = "–" if not t.shortfall else f"{_show(t.shortfall, t.unit, pct)} ({100 * (t.shortfall_rel or 0):.0f}% of goal)"
         status = t.status + (f" ({t.why})" if t.why else "")
         lines.append(f"| {t.target} | {goal} | {_show(t.measured, t.unit, pct)} | {status} | {short} |")
@@ -230,7 +234,8 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
             doc["host"].get("freed_blocks_kept"), "")
         + ("; the cases of a prefill shape / decoding mode timed in turn" if s.get("interleaved") else ""),
         "",
-        f"targets: {counts['met']} met, {counts['missed']} missed, {counts['not measured']} not measured",
+        f"targets: {counts['met']} met, {counts['missed']} missed, {counts['not measured']} not measured"
+        + (f"; {counts['reported']} values reported without a goal" if counts["reported"] else ""),
         format_targets(verdicts),
         "",
         format_limits(doc["limits"], doc.get("limits_end"), doc.get("limits_used")),

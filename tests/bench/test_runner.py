@@ -97,9 +97,13 @@ def test_validate_document_catches_errors(fake, tmp_path, capsys):
     bad["rows"].append(copy.deepcopy(bad["rows"][0]))
     bad["rows"].append({"id": "z", "kind": "prefill", "status": "error"})
     bad["targets"].append({"status": "missed", "op": ">=", "measured": 0.1, "shortfall": 0})
+    bad["targets"].append({"status": "met", "op": "report", "measured": 0.1})
+    bad["targets"].append({"status": "reported", "op": "<=", "measured": 0.1})
+    bad["targets"].append({"status": "reported", "op": "report", "measured": None})
     errs = "\n".join(validate_document(bad))
     for needle in ("schema must be", "limits.bandwidth_gbps", "not the median", "meets_runs_rule", "duplicated",
-                   "positive shortfall", "needs a reason"):
+                   "positive shortfall", "needs a reason", "reported (or not measured), never judged",
+                   "judged, not reported", "a reported target needs a numeric measured value"):
         assert needle in errs
 
 
