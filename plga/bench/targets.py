@@ -7,7 +7,7 @@ met / missed (with the absolute and relative shortfall) / not measured (with why
 whose comparison is ``report`` has no goal: the table shows its measured value (``reported``).
 The compile break-even is one: the issue asked for compilation that is opt-in with a measured
 break-even, not for a break-even below a set length (a cold Inductor compilation takes tens of
-seconds against a saving of a millisecond or less a step, so no threshold a short run could
+seconds against a saving of a few milliseconds at most a step, so no threshold a short run could
 meet was ever within reach).
 """
 
