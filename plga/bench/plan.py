@@ -34,6 +34,9 @@ CASE_KINDS = ("prefill", "decode", "reference", "conformance", "audit")
 #: The low-precision dtype whose fused rows every CPU run adds beside the float32 ones.
 LOW_DTYPE = "bfloat16"
 QUICK = {"configs": ("tiny", "small"), "batches": (1, 8), "seqs": (32, 64), "prompt": 32, "new": 8, "runs": 2}
+#: The presets a full run times: ``tiny`` too, since the fused path must not be slower than
+#: eager at tiny shapes either (there the fixed costs of a call weigh most).
+DEFAULT_CONFIGS = ("tiny", "small", "paper-110m")
 MIN_RUNS = 5
 #: A case whose single run is estimated above this many seconds warms up on a reduced shape.
 LONG_RUN_S = 8.0
@@ -47,6 +50,16 @@ def config_of(name: str) -> Any:
         return PLDRConfig.from_name(name)
     except ValueError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def shapes(config_name: str, quick: bool) -> tuple[tuple[int, ...], tuple[int, ...], int, int]:
+    """(prefill batches, prefill lengths, decoding prompt, new tokens) of a preset in a run: the
+    full shapes, or :data:`QUICK`'s for a quick run and for a preset whose context cannot hold the
+    full shapes (``tiny``, 64 positions: its cases would all be skipped)."""
+    full = config_of(config_name).max_seq_len >= max(*PREFILL_SEQS, DECODE_PROMPT + DECODE_NEW)
+    if quick or not full:
+        return QUICK["batches"], QUICK["seqs"], QUICK["prompt"], QUICK["new"]
+    return PREFILL_BATCHES, PREFILL_SEQS, DECODE_PROMPT, DECODE_NEW
 
 
 def probe_bytes(config_name: str, mode: str) -> int:
@@ -109,14 +122,13 @@ def plan_cases(
     if unknown:
         raise UsageError(f"unknown case kinds {sorted(unknown)}; known: {', '.join(CASE_KINDS)}")
     base = {"runs": runs, "warmup": warmup, "threads": threads, "device": device, "dtype": dtype, "seed": seed}
-    batches = QUICK["batches"] if quick else PREFILL_BATCHES
-    seqs = QUICK["seqs"] if quick else PREFILL_SEQS
-    prompt, new = (QUICK["prompt"], QUICK["new"]) if quick else (DECODE_PROMPT, DECODE_NEW)
     low = low_precision and dtype == "float32" and LOW_DTYPE
     cap = {"capture": "compile", "cached_compile": cached_compile}
     cases: list[dict[str, Any]] = [{**base, "kind": "limits", "when": "start"}]
     ref = "reference" in kinds
     for cfg in configs:
+        batches, seqs, prompt, new = shapes(cfg, quick)
+        reduced = (batches, seqs, prompt, new) != (PREFILL_BATCHES, PREFILL_SEQS, DECODE_PROMPT, DECODE_NEW)
         if "prefill" in kinds or ref:
             for b in batches:
                 for s in seqs:
@@ -131,7 +143,7 @@ def plan_cases(
                         if b == 1 or s == seqs[0]:
                             cases.append({**pre, "impl": "collapsed", "logits": "last"})
         if "decode" in kinds or ref:
-            dec_batches = (1, 8) if (cfg == "small" or quick) else (1,)
+            dec_batches = (1, 8) if (cfg == "small" or reduced) else (1,)
             for b in dec_batches:
                 for mode in DECODE_MODES:
                     if b > 1 and mode == "nocache":
@@ -238,6 +250,7 @@ __all__ = [
     "CACHED_MODES",
     "CASE_KINDS",
     "DECODE_MODES",
+    "DEFAULT_CONFIGS",
     "LONG_RUN_S",
     "LOW_DTYPE",
     "MIN_RUNS",
@@ -250,5 +263,6 @@ __all__ = [
     "group_of",
     "plan_cases",
     "probe_bytes",
+    "shapes",
     "skip_reason",
 ]

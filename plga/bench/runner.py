@@ -28,7 +28,16 @@ from ..errors import UsageError
 from ..progress import bar
 from .interleave import run_group
 from .machine import best_of
-from .plan import LONG_RUN_S, MIN_RUNS, QUICK, config_of, estimate_seconds, plan_cases, skip_reason
+from .plan import (
+    DEFAULT_CONFIGS,
+    LONG_RUN_S,
+    MIN_RUNS,
+    QUICK,
+    config_of,
+    estimate_seconds,
+    plan_cases,
+    skip_reason,
+)
 from .report import SCHEMA, format_report, validate_document
 from .rows import Row, add_ratios, derive_row, not_run
 from .targets import evaluate_targets
@@ -40,7 +49,7 @@ def _csv(value: str) -> list[str]:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``plga bench`` options to ``parser`` (a subparser of the ``plga`` command)."""
-    parser.add_argument("--config", default=None, help="comma-separated presets (default small,paper-110m; quick: tiny,small)")
+    parser.add_argument("--config", default=None, help=f"comma-separated presets (default {','.join(DEFAULT_CONFIGS)}; quick: {','.join(QUICK['configs'])})")
     parser.add_argument(
         "--cases", default="prefill,decode,reference,conformance,audit",
         help="comma-separated case kinds: prefill, decode, reference (the float64 rows), conformance "
@@ -135,7 +144,7 @@ def bench_main(args: argparse.Namespace) -> int:
     """
     t0 = time.perf_counter()
     keep_freed_blocks()  # as every case process does: the header's allocator line is theirs (any entry point)
-    configs = _csv(args.config) if args.config else list(QUICK["configs"] if args.quick else ("small", "paper-110m"))
+    configs = _csv(args.config) if args.config else list(QUICK["configs"] if args.quick else DEFAULT_CONFIGS)
     for name in configs:
         config_of(name)  # unknown presets fail here, before anything runs
     kinds = _csv(args.cases)

@@ -68,6 +68,23 @@ def test_low_precision_and_capture_rows():
     assert not [c for c in run if c["kind"] == "accuracy"]
 
 
+def test_a_full_run_times_tiny_at_the_shapes_its_context_holds():
+    """The default presets include ``tiny`` (the fused path must not lose to eager at tiny shapes
+    either). Its 64-position context cannot hold the full shapes, so a full run times it at the
+    quick shapes with the full run count, and none of its cases is skipped; the larger presets
+    keep the full shapes."""
+    assert parse([]).config is None and P.DEFAULT_CONFIGS == ("tiny", "small", "paper-110m")
+    assert P.shapes("tiny", quick=False) == (P.QUICK["batches"], P.QUICK["seqs"], P.QUICK["prompt"], P.QUICK["new"])
+    assert P.shapes("small", quick=False) == (P.PREFILL_BATCHES, P.PREFILL_SEQS, P.DECODE_PROMPT, P.DECODE_NEW)
+    assert P.shapes("small", quick=True) == P.shapes("tiny", quick=False)
+    cases = P.plan_cases(P.DEFAULT_CONFIGS, ["prefill", "decode", "reference"])
+    tiny = [c for c in cases if c.get("config") == "tiny" and c["kind"] in ("prefill", "decode")]
+    assert {c["impl"] for c in tiny} >= {"eager", "fused", "collapsed", "reference"}
+    assert {(c["kind"], c["batch"]) for c in tiny} == {("prefill", 1), ("prefill", 8), ("decode", 1), ("decode", 8)}
+    assert all(P.skip_reason(c, LIMITS, 1e9) is None and c["runs"] == 5 for c in tiny)
+    assert {c["seq"] for c in cases if c.get("config") == "paper-110m" and c["kind"] == "prefill"} == set(P.PREFILL_SEQS)
+
+
 def test_plan_quick_and_unknown_kinds():
     cases = P.plan_cases(["tiny"], ["prefill", "decode"], quick=True, runs=2)
     assert all(c["runs"] == 2 for c in cases if c["kind"] != "accuracy")
