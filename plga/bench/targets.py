@@ -306,23 +306,23 @@ NO_LOW_PRECISION_ARITHMETIC = (f"this CPU has no {LOW_DTYPE} arithmetic (no AVX-
                                "widened to float32, so only the halved weight bytes can speed it up")
 
 
-def _low_precision_premise_fails(target: Target, limits: dict[str, Any] | None) -> bool:
-    """A bf16 prefill / decoding speed-up target on a host whose bf16 matmul peak was the widened
-    float32 product (:func:`~plga.bench.machine.measure_limits`)."""
-    via = ((limits or {}).get(f"matmul_{LOW_DTYPE}") or {}).get("via")
-    return via == WIDENED_VIA and target.id.startswith((f"{LOW_DTYPE}/prefill/", f"{LOW_DTYPE}/decode/"))
-
-
-def low_precision_ceiling(target: Target, limits: dict[str, Any] | None) -> str:
-    """Why a missed bf16 *prefill* speed-up target is above this machine: its bf16 matmul peak
-    ÷ its float32 peak in the run's limits (the most a matmul-bound prefill can gain) is below
-    the goal — a CPU whose bf16 runs on AVX512-BF16's vector units and not on AMX's tiles (about
-    2× float32 rather than 4×). Empty when the ratio reaches the goal or was not measured."""
-    lim = limits or {}
-    low, f32 = ((lim.get(f"matmul_{LOW_DTYPE}") or {}).get("gflops_best"), (lim.get("matmul_float32") or {}).get("gflops_best"))
-    if not target.id.startswith(f"{LOW_DTYPE}/prefill/") or not low or not f32 or low / f32 >= target.threshold:
+def low_precision_bound(target: Target, limits: dict[str, Any] | None) -> str:
+    """Why a bf16 speed-up target is above this machine, from the run's limits; empty when it is
+    not. A bf16 prefill or decoding target on a host whose bf16 matmul peak was the widened
+    float32 product (:func:`~plga.bench.machine.measure_limits`): :data:`NO_LOW_PRECISION_ARITHMETIC`.
+    A bf16 *prefill* target whose goal exceeds the bf16 ÷ float32 matmul peak (the most a
+    matmul-bound prefill can gain: a CPU whose bf16 runs on AVX512-BF16's vector units, not on
+    AMX's tiles, gives about 2× rather than 4×)."""
+    if not target.id.startswith((f"{LOW_DTYPE}/prefill/", f"{LOW_DTYPE}/decode/")):
         return ""
-    return (f"this machine's {LOW_DTYPE} matmul peak is {low / f32:.2f}× its float32 peak in this run (no AMX tiles): "
+    lim = limits or {}
+    low = lim.get(f"matmul_{LOW_DTYPE}") or {}
+    if low.get("via") == WIDENED_VIA:
+        return NO_LOW_PRECISION_ARITHMETIC
+    peak, f32 = low.get("gflops_best"), (lim.get("matmul_float32") or {}).get("gflops_best")
+    if not target.id.startswith(f"{LOW_DTYPE}/prefill/") or not peak or not f32 or peak / f32 >= target.threshold:
+        return ""
+    return (f"this machine's {LOW_DTYPE} matmul peak is {peak / f32:.2f}× its float32 peak in this run (no AMX tiles): "
             f"a {target.threshold:g}× speed-up of matmul-bound prefill is above what its arithmetic allows")
 
 
@@ -335,19 +335,17 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, lim
         if unfit:  # this machine cannot measure it, whatever its rows say
             out.append(judge(t, None, unfit))
             continue
-        why = ""
-        if t.measure(rows) is None or t.op == REPORT:  # a reported value may carry a note too
+        measured, why = t.measure(rows), ""
+        if measured is None or t.op == REPORT:  # a reported value may carry a note too
             why = getattr(t.measure, "why", lambda rows: "")(rows)
-            if t.measured_by_command and not why and t.measure(rows) is None:
+            if t.measured_by_command and not why and measured is None:
                 why = f"not run: add '{t.measured_by_command}' to --cases"
-        v = judge(t, t.measure(rows), why)
-        if v.status == "missed" and _low_precision_premise_fails(t, limits):
-            v.why = NO_LOW_PRECISION_ARITHMETIC
-        elif v.status == "missed":
-            v.why = low_precision_ceiling(t, limits) or v.why
+        v = judge(t, measured, why)
+        if v.status == "missed":
+            v.why = low_precision_bound(t, limits) or v.why
         out.append(v)
     return out
 
 
 __all__ = ["H200_BASELINE_TOKENS_PER_S", "NO_LOW_PRECISION_ARITHMETIC", "REPORT", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge",
-           "low_precision_ceiling"]
+           "low_precision_bound"]
