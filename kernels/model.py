@@ -282,8 +282,9 @@ class PLDRModel(nn.Module):
 
     # -- inputs -----------------------------------------------------------------------------
 
-    def _check_tokens(self, tokens: Any, offset: int = 0) -> Tensor:
-        """Token ids [B, S] as int64 on the model device, or one clear input error.
+    def _check_tokens(self, tokens: Any, offset: int = 0) -> tuple[Tensor, int]:
+        """(token ids [B, S] as int64 on the model device, their smallest id), or one clear
+        input error.
 
         Refused: a rank other than 2, an empty batch or sequence, non-integer dtypes (float,
         bool, complex), ids outside [0, vocab), and sequences past ``max_seq_len``.
@@ -294,7 +295,11 @@ class PLDRModel(nn.Module):
                 raise InputTypeError("token ids must be an integer array, got an object array (ragged rows or non-numbers?)")
             if arr.dtype.kind not in "iu":
                 raise InputTypeError(f"token ids must be integers, got {arr.dtype}")
-            tokens = torch.as_tensor(arr)
+            if arr.dtype.kind == "u" and arr.itemsize > 1 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+                raise InputError(
+                    f"token ids must lie in [0, {self.config.input_vocab_size}), got range [{arr.min()}, {arr.max()}]"
+                )
+            tokens = torch.as_tensor(arr.astype(np.int64) if arr.dtype.kind == "u" and arr.itemsize > 1 else arr)
         if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise InputError(f"token ids must have non-empty shape [batch, seq], got {tuple(tokens.shape)}")
         if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -303,10 +308,12 @@ class PLDRModel(nn.Module):
             raise InputError(
                 f"sequence length {offset + tokens.shape[1]} exceeds the context max_seq_len={self.config.max_seq_len}"
             )
-        lo, hi = int(tokens.min()), int(tokens.max())  # one device sync: an id ≥ vocab is a device assert on CUDA
+        if tokens.dtype in (torch.uint16, torch.uint32, torch.uint64):  # torch reduces no unsigned type but uint8
+            tokens = tokens.to(torch.int64)  # exact below 2**63; a uint64 id above wraps negative and is refused
+        lo, hi = torch.stack(torch.aminmax(tokens)).tolist()  # one device sync: an id ≥ vocab is a device assert on CUDA
         if lo < 0 or hi >= self.config.input_vocab_size:
             raise InputError(f"token ids must lie in [0, {self.config.input_vocab_size}), got range [{lo}, {hi}]")
-        return tokens.to(device=self.device, dtype=torch.long)
+        return tokens.to(device=self.device, dtype=torch.long), lo
 
     def _check_key_padding(self, key_padding: Any, shape: torch.Size) -> Tensor:
         """An explicit key padding mask: a bool tensor of the tokens' shape [B, S], on the model device."""
@@ -600,7 +607,7 @@ class PLDRModel(nn.Module):
         bool names the padding keys instead of the ids 0 (all False: a generated id 0 is scored
         as the token it is, as a cached step attends to it).
         """
-        tokens = self._check_tokens(tokens)
+        tokens, lowest_id = self._check_tokens(tokens)
         b, s = tokens.shape
         self._check_backend(backend)
         if cache is not None:
@@ -609,8 +616,11 @@ class PLDRModel(nn.Module):
                 raise InputError("forward fills an empty cache; use step() to extend a filled one")
             if s > cache.capacity:
                 raise InputError(f"the prompt ({s} tokens) exceeds the cache capacity {cache.capacity}")
-        pad = tokens == 0 if key_padding is None else self._check_key_padding(key_padding, tokens.shape)
-        key_padding = pad if bool(pad.any()) else None
+        if key_padding is None:  # the ids 0, if any (the smallest id says; no second device sync)
+            key_padding = tokens == 0 if lowest_id == 0 else None
+        else:
+            pad = self._check_key_padding(key_padding, tokens.shape)
+            key_padding = pad if bool(pad.any()) else None
         if cache is not None:
             cache.key_padding = None if key_padding is None else _pad_to(key_padding, cache.capacity)
         p = _Pass(
@@ -655,7 +665,7 @@ class PLDRModel(nn.Module):
         """
         if not isinstance(cache, DecodeCache):
             raise InputTypeError(f"cache must be a DecodeCache from new_cache(), got {type(cache).__name__}")
-        tokens = self._check_tokens(tokens, cache.length)
+        tokens, _ = self._check_tokens(tokens, cache.length)
         self._check_cache(cache, tokens.shape[0])
         self._check_backend(backend)
         if cache.length == 0:
@@ -694,6 +704,23 @@ class PLDRModel(nn.Module):
         out, _, _ = self._run(tokens, p, logits)
         cache.length += s
         return out
+
+    def _nocache_pass(self, tokens: Tensor, operators: list[Tensor] | None, fields: dict[str, Any]) -> Tensor:
+        """One pass of ``nocache`` generation: :meth:`forward` of the ids so far [B, S] → the
+        last position's logits [B, V], without forward's argument checks. The prompt was checked
+        and every later id is the model's own choice, in the vocabulary; ``fields`` are the packed
+        fields of every position of the generation (:meth:`_packed_fields`, looked up once: no
+        user code runs between the passes). Ids 0 are padding keys, as in forward."""
+        pad = tokens == 0  # [B, S]
+        if fields["rope"] is not None:
+            fields = dict(fields, rope=tuple(t[: tokens.shape[1]] for t in fields["rope"]))  # these rows
+        p = _Pass(
+            start=0, operators=operators, mode=None, cache=None, key_padding=pad if bool(pad.any()) else None,
+            backend="sdpa", **fields, guard=FiniteGuard() if self.check_finite else None,
+        )
+        logits, _, _ = self._run(tokens, p, "last")
+        assert logits is not None
+        return logits
 
     def _generation_fields(self, cache: DecodeCache) -> dict[str, Any]:
         """The packed fields of generate's uncaptured steps, for every cache position: the
@@ -809,7 +836,7 @@ class PLDRModel(nn.Module):
 
         They agree exactly when G is context-invariant (a collapsed model, or a constant ``G``).
         """
-        tokens = self._check_tokens(tokens)
+        tokens, _ = self._check_tokens(tokens)
         b, s = tokens.shape
         if chunk < 1:
             raise InputError(f"chunk must be ≥ 1, got {chunk}")
@@ -864,7 +891,7 @@ class PLDRModel(nn.Module):
         """
         check_sampling(temperature, top_k, top_p)
         seed = check_seed(seed)
-        tokens = self._check_tokens(prompt)
+        tokens, _ = self._check_tokens(prompt)
         b, s = tokens.shape
         operators = self._operators(G, b)
         mode = mode or ("collapsed" if operators is not None else "kv")
@@ -887,10 +914,9 @@ class PLDRModel(nn.Module):
             return torch.as_tensor(picked, device=self.device)
 
         if mode == "nocache":
+            fields = self._packed_fields("sdpa", 0, s + max_new_tokens - 1, b) if max_new_tokens else {}
             for n in steps_of(max_new_tokens, progress):
-                logits = self.forward(out_tokens[:, : s + n], logits="last", G=operators).logits
-                assert logits is not None
-                out_tokens[:, s + n] = choose(logits)
+                out_tokens[:, s + n] = choose(self._nocache_pass(out_tokens[:, : s + n], operators, fields))
         elif max_new_tokens:
             capacity = s + max_new_tokens - 1 if max_new_tokens > 1 else s
             captured = self.compile_decode and max_new_tokens > 1

@@ -36,3 +36,64 @@ def test_nonfinite_rows_flags_what_isfinite_flags(dtype, shape):
 
 def test_an_empty_row_is_finite():
     assert not nonfinite_rows(torch.empty(2, 3, 0)).any() and nonfinite_rows(torch.empty(2, 3, 0)).shape == (2, 3)
+
+
+def _guard_with(*entries):
+    from plga.kernels.finite import FiniteGuard
+
+    guard = FiniteGuard()
+    for layer, name, t in entries:
+        if t.dtype == torch.bool:
+            guard.add_flags(layer, name, t)
+        else:
+            guard.add(layer, name, t)
+    return guard
+
+
+def test_the_guard_passes_finite_extremes_of_every_dtype_in_one_pass():
+    """Mixed dtypes in one pass (a bfloat16 hidden state beside float32 operators, as a bf16
+    model records them), each holding its dtype's largest finite values: no error."""
+    entries = []
+    for layer, dtype in enumerate([torch.bfloat16, torch.float16, torch.float32, torch.float64]):
+        t = torch.zeros(2, 3, 4, dtype=dtype)
+        t[0, 1, 2], t[1, 2, 3] = torch.finfo(dtype).max, -torch.finfo(dtype).max
+        entries.append((layer, "the hidden state", t))
+    entries.append((9, "A_P", torch.zeros(2, 2, 3, 3)))
+    entries.append((9, "the hidden state", torch.zeros(2, 5, dtype=torch.bool)))
+    _guard_with(*entries).check()
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_the_guard_names_the_first_bad_entry_of_a_pass(value, dtype):
+    """Several layers recorded, the bad values in the third entry (and a later one): the error
+    names that entry's layer and exactly its bad positions, whatever the dtype and the kind of
+    non-finite value."""
+    from plga.errors import NonFiniteError
+
+    good = torch.ones(2, 4, 3, dtype=dtype)
+    bad = good.clone()
+    bad[0, 1, 2] = value
+    bad[1, 3, 0] = value
+    later = good.clone()
+    later[0, 0, 0] = value
+    guard = _guard_with((0, "A_LM", torch.ones(2, 2, 3, 3)), (0, "the hidden state", good),
+                        (1, "the hidden state", bad), (2, "the hidden state", later))
+    with pytest.raises(NonFiniteError, match=r"^layer 1: the hidden state is not finite at positions \[1, 3\] "):
+        guard.check()
+    guard.check()  # the entries were consumed: nothing left to raise
+
+
+def test_the_guard_reads_flags_beside_extremes():
+    """A flag set by a captured step is an error in a pass whose other entries are finite, and
+    a deductive entry names the heads, with the overflow hint for A_P."""
+    from plga.errors import NonFiniteError
+
+    flags = torch.zeros(1, 6, dtype=torch.bool)
+    flags[0, 4] = True
+    with pytest.raises(NonFiniteError, match=r"layer 3: the hidden state is not finite at positions \[4\]"):
+        _guard_with((0, "the hidden state", torch.ones(1, 2, 2)), (3, "the hidden state", flags)).check()
+    a_p = torch.ones(1, 3, 2, 2)
+    a_p[0, 2, 1, 1] = float("inf")
+    with pytest.raises(NonFiniteError, match=r"layer 0: A_P is not finite in heads \[2\] \(A_LM \*\* P overflowed"):
+        _guard_with((0, "A_LM", torch.ones(1, 3, 2, 2)), (0, "A_P", a_p), (0, "the hidden state", flags)).check()

@@ -118,6 +118,26 @@ def test_batched_generation_equals_per_sequence():
             assert_rel_close(one.step_logits[0], out.step_logits[b], rtol=1e-12)
 
 
+@pytest.mark.parametrize("G", [None, "identity"])
+def test_nocache_generation_is_forward_on_the_ids_so_far(G):
+    """``nocache`` runs its passes without forward's per-call checks and with the packed fields
+    looked up once per generation; each step's logits are still bit for bit forward's
+    last-position logits on the ids so far (left padding, a constant G, float32, hooks or not)."""
+    config = PLDRConfig.from_name("tiny")
+    _, model = model_pair(config, 9, dtype=torch.float32)
+    prompt = torch.tensor([[5, 9, 1, 30, 2], [0, 0, 3, 4, 5]])
+    for hooked in (False, True):
+        handle = model.decoder.dec_layers[0].ffn.gluw1.register_forward_hook(lambda *a: None) if hooked else None
+        out = model.generate(prompt, 6, "nocache", G=G, return_step_logits=True)
+        with torch.no_grad():
+            for n in range(6):
+                want = model(out.tokens[:, : 5 + n], logits="last", G=G).logits
+                assert torch.equal(out.step_logits[:, n], want), (hooked, n)
+        if handle is not None:
+            handle.remove()
+    assert model.generate(prompt, 0, "nocache").tokens.shape == (2, 5)
+
+
 def test_static_cache_is_preallocated():
     config = PLDRConfig.from_name("tiny")
     _, model = model_pair(config, 6)

@@ -58,6 +58,37 @@ def test_bad_tokens_kernels(model, tokens, error, message):
         model.generate(torch.as_tensor(tokens), 1)
 
 
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32, np.uint64, np.int64])
+def test_every_integer_id_dtype_is_read_as_the_same_ids(model, dtype):
+    """Token ids of any integer width, signed or not — a NumPy array or the torch tensor of one
+    (uint16 is how many tokenized corpora are stored) — give the logits of the int64 ids in both
+    implementations; torch reduces no unsigned type but uint8, so the kernels widen the others."""
+    want = decoder.forward(PARAMS, CONFIG, PROMPT).logits
+    ids = PROMPT.astype(dtype)
+    assert np.array_equal(decoder.forward(PARAMS, CONFIG, ids).logits, want)
+    for given in (ids, torch.as_tensor(ids)):
+        got = model(given).logits
+        assert torch.equal(got, model(torch.as_tensor(PROMPT)).logits)
+        assert np.allclose(got.detach().numpy(), want, rtol=1e-9, atol=1e-12)
+    assert torch.equal(model.generate(ids, 2).tokens, model.generate(torch.as_tensor(PROMPT), 2).tokens)
+
+
+@pytest.mark.parametrize(
+    "ids", [np.array([[1, 37]], dtype=np.uint16), np.array([[1, 2**32 - 1]], dtype=np.uint32),
+            np.array([[1, 2**63 + 5]], dtype=np.uint64), np.array([[1, 2**64 - 1]], dtype=np.uint64)],
+    ids=["uint16-vocab", "uint32-max", "uint64-above-int64", "uint64-max"],
+)
+def test_unsigned_ids_outside_the_vocabulary_are_refused(model, ids):
+    """A wide unsigned id past the vocabulary is the range error, never a wrapped (negative or
+    small) id read as a token; as a NumPy array the message gives its true value."""
+    with pytest.raises(ValueError, match=r"lie in \[0, 37\)"):
+        decoder.forward(PARAMS, CONFIG, ids)
+    with pytest.raises(ValueError, match=rf"lie in \[0, 37\), got range \[1, {int(ids.max())}\]"):
+        model(ids)
+    with pytest.raises(ValueError, match=r"lie in \[0, 37\)"):
+        model(torch.as_tensor(ids))
+
+
 def test_ragged_token_lists_are_refused():
     ragged = [[1, 2, 3], [4]]
     with pytest.raises((TypeError, ValueError)):
