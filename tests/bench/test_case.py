@@ -267,3 +267,74 @@ def test_the_low_precision_matmul_peak_is_the_kernels_product(arithmetic, monkey
         assert torch.bfloat16 not in slow and torch.float32 in slow  # control: the float32 peak still timed
         assert mm["via"] == "widened float32 product" and mm["torch_matmul_gflops_best"] is None
         assert "bfloat16 " in format_limits(lim) and "(widened; torch.matmul not timed)" in format_limits(lim)
+
+
+class _WokenGate:
+    """A gate that always made its case wait, and leaves the workload cold (its threads asleep,
+    its caches evicted): the next call pays a wake-up, as on the bench machine after a wait."""
+
+    gated = True
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def wait(self) -> bool:
+        self.state["cold"] = True
+        return True
+
+
+def _cold_then_fast(state: dict, wake_s: float = 0.03, call_s: float = 0.001):
+    import time
+
+    def fn() -> None:
+        state["calls"] += 1
+        time.sleep(wake_s if state.pop("cold", False) else call_s)
+
+    return fn
+
+
+def test_a_run_after_a_wait_at_the_gate_is_rewarmed_untimed():
+    """A 30 ms wake-up on the first call after each wait is in no timed run (each run re-warms
+    untimed first); the control: with the re-warm switched off, every run carries it."""
+    from plga.bench import case
+
+    state: dict = {"calls": 0}
+    times, _ = case._time(_cold_then_fast(state), 3, 1, "cpu", min_run_s=0.005, gate=_WokenGate(state))
+    assert len(times) == 3 and max(times) < 0.004, times
+    control: dict = {"calls": 0}
+    real = case._rewarm
+    try:
+        case._rewarm = lambda *a, **k: None
+        cold, _ = case._time(_cold_then_fast(control), 3, 1, "cpu", min_run_s=0.005, gate=_WokenGate(control))
+    finally:
+        case._rewarm = real
+    assert min(cold) > 0.005, cold
+
+
+def test_no_rewarm_without_a_wait_or_for_a_long_call(monkeypatch):
+    """An open gate (a case run alone, back to back) re-warms nothing: warm-up, the one-call
+    measure and the timed calls only; nor does a gated run whose one call is longer than
+    REWARM_LONG_CALL_S (the wake-up is then a small part of it)."""
+    from plga.bench import case
+
+    state: dict = {"calls": 0}
+    case._time(_cold_then_fast(state), 2, 1, "cpu", min_run_s=0)
+    assert state["calls"] == 1 + 2  # the warm-up, one call per run
+    woken: dict = {"calls": 0}
+    case._time(_cold_then_fast(woken), 2, 1, "cpu", min_run_s=0, gate=_WokenGate(woken))
+    assert woken["calls"] >= 1 + 2 + 2  # the control: after a wait, untimed calls before each run
+    monkeypatch.setattr(case, "REWARM_LONG_CALL_S", 0.0005)
+    gated: dict = {"calls": 0}
+    times, _ = case._time(_cold_then_fast(gated, 0.03), 2, 1, "cpu", min_run_s=0.0035, gate=_WokenGate(gated))
+    assert min(times) > 0.005, times  # each run took its wake-up: no call before it
+
+
+def test_the_bandwidth_readers_are_rewarmed_after_a_wait():
+    """Each reader of the bandwidth probe re-warms after a wait before its timed read: a
+    wake-up read slowly would lower the measured bandwidth and raise every fraction of it."""
+    from plga.bench import case
+
+    state: dict = {"calls": 0}
+    fast, other = _cold_then_fast(state), _cold_then_fast(state)
+    times = case._time_readers({"a": fast, "b": other}, 2, 1, "cpu", gate=_WokenGate(state))
+    assert all(t < 0.004 for ts in times.values() for t in ts), times
