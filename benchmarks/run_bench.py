@@ -1,7 +1,7 @@
 #!/usr/bin/env python
 """Run ``plga bench`` and keep its results under ``benchmarks/results/``.
 
-    python benchmarks/run_bench.py                 # full run: small + paper-110m, 5 runs, 2 threads
+    python benchmarks/run_bench.py                 # full run: tiny, small, paper-110m, 5 runs, 2 threads
     python benchmarks/run_bench.py --quick         # smoke run (tiny/small shapes, 2 runs; labelled)
     python benchmarks/run_bench.py --device cuda   # the same cases on a CUDA GPU
 
