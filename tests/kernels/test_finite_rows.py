@@ -1,13 +1,18 @@
-"""The guard's one-pass row check (:func:`plga.kernels.finite.nonfinite_rows`) flags exactly the
-rows ``~isfinite(t).all()`` flags: NaN, +inf and −inf anywhere in a row, in every dtype, and never
-a row of finite extremes."""
+"""The guard's one-pass row check (:func:`plga.kernels.finite.row_extremes`, read by
+:func:`~plga.kernels.finite.nonfinite`) flags exactly the rows ``~isfinite(t).all()`` flags: NaN,
++inf and −inf anywhere in a row, in every dtype, and never a row of finite extremes; and the
+guard names the first bad entry of a pass."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from plga.kernels.finite import nonfinite_rows
+from plga.kernels.finite import nonfinite, row_extremes
+
+
+def nonfinite_rows(t: torch.Tensor) -> torch.Tensor:
+    return nonfinite(*row_extremes(t))
 
 
 def _expected(t: torch.Tensor) -> torch.Tensor:
@@ -16,7 +21,7 @@ def _expected(t: torch.Tensor) -> torch.Tensor:
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(3, 5, 7), (2, 4, 6, 6), (1, 1, 1)])
-def test_nonfinite_rows_flags_what_isfinite_flags(dtype, shape):
+def test_row_extremes_flag_what_isfinite_flags(dtype, shape):
     gen = torch.Generator().manual_seed(sum(shape))
     t = torch.randn(*shape, generator=gen).to(dtype)
     big = torch.finfo(dtype).max
