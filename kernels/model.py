@@ -295,11 +295,11 @@ class PLDRModel(nn.Module):
                 raise InputTypeError("token ids must be an integer array, got an object array (ragged rows or non-numbers?)")
             if arr.dtype.kind not in "iu":
                 raise InputTypeError(f"token ids must be integers, got {arr.dtype}")
-            if arr.dtype.kind == "u" and arr.itemsize > 1 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:
+            if arr.dtype == np.uint64 and arr.size and int(arr.max()) > np.iinfo(np.int64).max:  # would wrap below
                 raise InputError(
                     f"token ids must lie in [0, {self.config.input_vocab_size}), got range [{arr.min()}, {arr.max()}]"
                 )
-            tokens = torch.as_tensor(arr.astype(np.int64) if arr.dtype.kind == "u" and arr.itemsize > 1 else arr)
+            tokens = torch.as_tensor(arr)
         if tokens.ndim != 2 or tokens.shape[0] == 0 or tokens.shape[1] == 0:
             raise InputError(f"token ids must have non-empty shape [batch, seq], got {tuple(tokens.shape)}")
         if tokens.dtype.is_floating_point or tokens.dtype.is_complex or tokens.dtype == torch.bool:
@@ -694,8 +694,8 @@ class PLDRModel(nn.Module):
             raise InputError(f"cache capacity {cache.capacity} exhausted (length {t0} + {s})")
         if fields is None:
             fields = self._packed_fields(backend, t0, s, tokens.shape[0])
-        elif fields["rope"] is not None:
-            fields = dict(fields, rope=tuple(t[t0 : t0 + s] for t in fields["rope"]))  # this step's rows
+        else:
+            fields = _rows_of(fields, t0, t0 + s)
         p = _Pass(
             start=t0, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
             backend=backend, **fields,
@@ -712,11 +712,9 @@ class PLDRModel(nn.Module):
         fields of every position of the generation (:meth:`_packed_fields`, looked up once: no
         user code runs between the passes). Ids 0 are padding keys, as in forward."""
         pad = tokens == 0  # [B, S]
-        if fields["rope"] is not None:
-            fields = dict(fields, rope=tuple(t[: tokens.shape[1]] for t in fields["rope"]))  # these rows
         p = _Pass(
             start=0, operators=operators, mode=None, cache=None, key_padding=pad if bool(pad.any()) else None,
-            backend="sdpa", **fields, guard=FiniteGuard() if self.check_finite else None,
+            backend="sdpa", **_rows_of(fields, 0, tokens.shape[1]), guard=FiniteGuard() if self.check_finite else None,
         )
         logits, _, _ = self._run(tokens, p, "last")
         assert logits is not None
@@ -966,6 +964,14 @@ class PLDRModel(nn.Module):
 
 
 # --- module-level helpers -------------------------------------------------------------------
+
+
+def _rows_of(fields: dict[str, Any], start: int, stop: int) -> dict[str, Any]:
+    """Packed fields looked up for a whole generation, with the rotation tables cut to the
+    positions start … stop − 1 of one pass or step (the module path's fields unchanged)."""
+    if fields["rope"] is None:
+        return fields
+    return dict(fields, rope=tuple(t[start:stop] for t in fields["rope"]))
 
 
 def _pad_to(pad: Tensor, capacity: int) -> Tensor:
