@@ -30,7 +30,7 @@ from torch import Tensor
 from ..errors import InputError, InputTypeError
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
 from . import native
-from .gemm import cpu_has_low_precision_gemm, linear
+from .gemm import cpu_has_low_precision_gemm, gated, linear
 
 _LOW_PRECISION = (torch.float16, torch.bfloat16)
 
@@ -451,8 +451,8 @@ def iswiglu(u: Tensor) -> Tensor:
 
 def swiglu(x: Tensor, w1: Tensor, b1: Tensor, w2: Tensor, b2: Tensor, w3: Tensor, b3: Tensor) -> Tensor:
     """W₃(silu(W₁x + b₁) ⊙ (W₂x + b₂)) + b₃ on the last axis; weights in torch Linear layout
-    (the products on :func:`~plga.kernels.gemm.linear`)."""
-    return linear(F.silu(linear(x, w1, b1)) * linear(x, w2, b2), w3, b3)
+    (the gate on :func:`~plga.kernels.gemm.gated`, the products on :func:`~plga.kernels.gemm.linear`)."""
+    return linear(gated(x, w1, b1, w2, b2), w3, b3)
 
 
 #: One residual unit: (list of SwiGLU blocks (w1, b1, w2, b2, w3, b3), LN gamma, LN beta).

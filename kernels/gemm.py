@@ -15,6 +15,15 @@ same bits 7–13 % faster. float32 results differ from MKL's in rounding only (b
 float32; the order of the sums differs). ``PLGA_ONEDNN=0`` in the environment keeps
 ``F.linear`` (A/B runs).
 
+:func:`gated` is the gate of a SwiGLU unit, silu(b₁ + x W₁ᵀ) ⊙ (b₂ + x W₂ᵀ), with the activation
+and the product as oneDNN post-operations of the two GEMMs (``"swish"``, then the ``"mul"``
+binary post-op): no pass of its own over the hidden activations, whose silu took 24 ms of a
+paper-110m layer at b8 s1024 (8192 × 2392 floats; the product in place 4 ms more). Bench
+machine, float32, 2 threads: the feed-forward's gate 405 → 381 ms a layer at that shape; the
+metric learner's [8, 14, 64, 64] → 170 2.42 → 2.38 ms (bfloat16 1.37 → 1.20). The results are
+float32 products rounded once, as before; oneDNN's silu differs from torch's in the last bits
+(relative 1e-7 in float32).
+
 bfloat16 and float16 products need the CPU's own low-precision arithmetic (bfloat16: AVX-512 or
 AMX; float16: AVX512-FP16 or AMX-FP16; :func:`cpu_has_low_precision_gemm`, oneDNN's own check).
 Without it oneDNN refuses the product (no primitive for it), and torch's fallback GEMM converts
@@ -119,4 +128,16 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
     return F.linear(x, w, b)
 
 
-__all__ = ["ENV_SWITCH", "MIN_MACS", "WIDEN_MIN_ROWS", "cpu_has_low_precision_gemm", "linear", "serves", "widens"]
+def gated(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None) -> Tensor:
+    """silu(b₁ + x W₁ᵀ) ⊙ (b₂ + x W₂ᵀ) for x [..., K], W₁ and W₂ [N, K] → [..., N]: the gate of a
+    SwiGLU unit (paper eq. for ``GLUVariant``: gluw3 applied to it gives the unit). Where
+    :func:`linear` runs oneDNN for both products, the silu and the product are their
+    post-operations; else two :func:`linear` products, silu and the product."""
+    if serves(x, w1, b1) and serves(x, w2, b2):
+        gate = torch.ops.mkldnn._linear_pointwise(x, w1, b1, "swish", [], "")  # silu(b₁ + x W₁ᵀ) [..., N]
+        return torch.ops.mkldnn._linear_pointwise.binary(x, gate, w2, b2, "mul")  # (b₂ + x W₂ᵀ) ⊙ gate
+    a, g = F.silu(linear(x, w1, b1)), linear(x, w2, b2)
+    return a * g if a.requires_grad or g.requires_grad else a.mul_(g)
+
+
+__all__ = ["ENV_SWITCH", "MIN_MACS", "WIDEN_MIN_ROWS", "cpu_has_low_precision_gemm", "gated", "linear", "serves", "widens"]

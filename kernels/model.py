@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 from torch.overrides import TorchFunctionMode
 
@@ -46,7 +45,7 @@ from .cache import DecodeCache, LayerCache, RopeTables
 from .collapse import CollapseReport, collapse_statistics
 from .finite import DEDUCTIVE, FiniteGuard
 from .modules import LOW_PRECISION, PLDRDecoder
-from .packed import Packed, PackedWeights, intra_op_threads, packed_linear
+from .packed import Packed, PackedWeights, intra_op_threads, packed_gated, packed_linear
 
 GLike = Any  # None | "identity" | tensor/array [L, H, d, d] or [L, B, H, d, d] | list of [H, d, d] / [B, H, d, d]
 
@@ -507,8 +506,8 @@ class PLDRModel(nn.Module):
             return layer.layernorm2(layer.ffn(h1) + h1)
         lin = functools.partial(packed_linear, compiled=self.compile_decode)
         h1 = layer.layernorm1(lin(merged.reshape(b * s, dm), *w[1]).reshape(b, s, dm) + h)
-        a1, a2 = lin(h1.reshape(b * s, dm), *w[2]).chunk(2, dim=-1)  # gluw1, gluw2 [B*S, F]
-        f = lin(F.silu(a1).mul_(a2), *w[3]).reshape(b, s, dm)
+        gate = packed_gated(h1.reshape(b * s, dm), *w[2], compiled=self.compile_decode)  # silu(gluw1) ⊙ gluw2 [B*S, F]
+        f = lin(gate, *w[3]).reshape(b, s, dm)
         return layer.layernorm2(f + h1)
 
     def _layer(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, dict[str, Tensor] | None]:

@@ -2,7 +2,7 @@
 
 Without autograd, ``backend="sdpa"`` passes run their projections on derived copies of the
 weights instead of the ``nn.Linear`` modules: one QKV product (Wq | Wk | Wv), one gluw1 | gluw2
-product, and the vocabulary projection.
+product (its gate, silu(gluw1) ⊙ gluw2, by :func:`packed_gated`), and the vocabulary projection.
 
 On the CPU the copies keep the ``nn.Linear`` row layout W [N, K] (:func:`pack_rows`) wherever
 the native kernel (:mod:`.native`) serves the dtype, in bfloat16 / float16, and in every dtype
@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from . import gemm, native
@@ -192,6 +193,19 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     return out if out.shape[1] == n else out[:, :n]
 
 
+def packed_gated(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = False) -> Tensor:
+    """silu(first half) ⊙ second half of the gluw1 | gluw2 product (:meth:`PackedWeights.layer`:
+    two gates of F = n / 2 columns each) for x [M, K] → [M, F] (no autograd). More than
+    :data:`PACKED_SMALL_M` rows in the row layout (prefill): the two halves of W on
+    :func:`.gemm.gated`, the silu and the product fused into the GEMMs; else
+    :func:`packed_linear`, then silu and the product in place."""
+    if w.ndim == 2 and x.shape[0] > PACKED_SMALL_M and not torch.compiler.is_compiling():
+        f = n // 2
+        return gemm.gated(x, w[:f], b[:f], w[f:n], b[f:n])
+    a1, a2 = packed_linear(x, w, b, n, compiled=compiled).chunk(2, dim=-1)  # gluw1, gluw2 [M, F]
+    return F.silu(a1).mul_(a2)
+
+
 def _hooks_registered(linears: Sequence[nn.Module]) -> bool:
     """Whether a forward hook would fire on one of ``linears``. Global hooks are read from
     ``torch.nn.modules.module._global_forward_hooks``: torch offers a public way to register
@@ -299,6 +313,7 @@ class PackedWeights:
 
 
 __all__ = [
-    "PACKED_SMALL_M", "Packed", "PackedWeights", "intra_op_threads", "pack_linear", "pack_rows", "packed_linear", "packed_parts", "rows_gemv",
+    "PACKED_SMALL_M", "Packed", "PackedWeights", "intra_op_threads", "pack_linear", "pack_rows", "packed_gated", "packed_linear", "packed_parts",
+    "rows_gemv",
     "uses_rows",
 ]

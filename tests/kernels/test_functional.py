@@ -396,6 +396,53 @@ def test_packed_linear_negative_control_block_order():
         assert_rel_close(packed_linear(x, w.flip(0), bp.flip(0), n), torch.addmm(b, x, wt), rtol=1e-14)
 
 
+def _gate_halves(k: int, f: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    """gluw1 | gluw2 as one weight [2F, K] and bias [2F] (the packed layer's layout), in float64 and ``dtype``."""
+    gen = torch.Generator().manual_seed(seed)
+    w = torch.randn(2 * f, k, generator=gen, dtype=torch.float64) / k**0.5
+    b = torch.randn(2 * f, generator=gen, dtype=torch.float64)
+    return w, b, w.to(dtype), b.to(dtype)
+
+
+@pytest.mark.parametrize("layout", ["rows", "column blocks"])
+@pytest.mark.parametrize("m", [1, 3, 16, 17, 40])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_packed_gate_is_silu_of_the_first_half_times_the_second(layout, m, dtype, monkeypatch):
+    """:func:`packed_gated` = silu(x W₁ᵀ + b₁) ⊙ (x W₂ᵀ + b₂) for either layout and any row count:
+    past PACKED_SMALL_M rows in the row layout the two halves run on gemm.gated (oneDNN where it
+    serves: the size threshold lowered here), else packed_linear then silu and the product."""
+    from plga.kernels import gemm
+    from plga.kernels.packed import PACKED_SMALL_M, pack_linear, pack_rows, packed_gated
+
+    monkeypatch.setattr(gemm, "MIN_MACS", 0)
+    k, f = 24, 40
+    w, b, wd, bd = _gate_halves(k, f, dtype, seed=m)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(100 + m), dtype=torch.float64)
+    packed = pack_rows(wd, bd) if layout == "rows" else pack_linear(wd.t().contiguous(), bd, 2)
+    assert packed[2] == 2 * f
+    fused = []
+    monkeypatch.setattr(gemm, "gated", lambda *a, _g=gemm.gated: fused.append(1) or _g(*a))
+    got = packed_gated(x.to(dtype), *packed)
+    assert bool(fused) == (layout == "rows" and m > PACKED_SMALL_M)
+    truth = torch.nn.functional.silu(x @ w[:f].T + b[:f]) * (x @ w[f:].T + b[f:])
+    assert got.shape == (m, f) and got.dtype == dtype
+    assert_rel_close(got.double(), truth, rtol=1e-13 if dtype == torch.float64 else 2e-6)
+
+
+def test_packed_gate_negative_control_swapped_halves():
+    """The same check catches the halves taken the wrong way round (silu on gluw2)."""
+    from plga.kernels.packed import pack_rows, packed_gated
+
+    k, f, m = 24, 40, 20
+    w, b, _, _ = _gate_halves(k, f, torch.float64, seed=1)
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+    truth = torch.nn.functional.silu(x @ w[:f].T + b[:f]) * (x @ w[f:].T + b[f:])
+    assert_rel_close(packed_gated(x, *pack_rows(w, b)), truth, rtol=1e-13)  # control
+    swapped = pack_rows(torch.cat([w[f:], w[:f]]), torch.cat([b[f:], b[:f]]))
+    with pytest.raises(AssertionError):
+        assert_rel_close(packed_gated(x, *swapped), truth, rtol=1e-13)
+
+
 @pytest.mark.parametrize("finite_mask", [True, False], ids=["finite", "exact"])
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
 def test_one_query_attention_inside_a_compiled_graph(finite_mask, dtype):

@@ -1,4 +1,5 @@
-"""The kernels' GEMM (:mod:`plga.kernels.gemm`): b + x Wᵀ on oneDNN where torch would call MKL.
+"""The kernels' GEMM (:mod:`plga.kernels.gemm`): b + x Wᵀ on oneDNN where torch would call MKL,
+and the SwiGLU gate silu(b₁ + x W₁ᵀ) ⊙ (b₂ + x W₂ᵀ) with its silu and product as oneDNN post-ops.
 
 Its contract is ``F.linear``'s: products and sums in float32, one rounding to the output dtype.
 Results are checked against the exact float64 product of the same inputs with the bound that
@@ -17,7 +18,7 @@ from plga.kernels import gemm
 
 ONEDNN = gemm.serves(torch.ones(gemm.MIN_MACS, 1), torch.ones(1, 1), None)
 needs_onednn = pytest.mark.skipif(not ONEDNN, reason="torch has no oneDNN inner product here")
-OUT_U = {torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
+OUT_U = {torch.float64: 2.0**-53, torch.float32: 2.0**-24, torch.bfloat16: 2.0**-8, torch.float16: 2.0**-11}
 
 
 def _inputs(shape: tuple[int, ...], n: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
@@ -125,8 +126,9 @@ def test_the_switch_keeps_f_linear(monkeypatch):
 def test_prefill_products_and_the_metric_learner_run_on_onednn(monkeypatch):
     """A float32 prefill without autograd runs the metric learner's products through oneDNN, and
     its projections too where the packed copies keep the row layout (the native kernel serves
-    float32 on this CPU; elsewhere they are column blocks, one GEMM per block). The tiny
-    model's products are below the size threshold, lowered here. With autograd on, none does."""
+    float32 on this CPU; elsewhere they are column blocks, one GEMM per block), the SwiGLU gates
+    with their silu inside the GEMMs. The tiny model's products are below the size threshold,
+    lowered here. With autograd on, none runs on oneDNN."""
     from torch.profiler import profile
 
     monkeypatch.setattr(gemm, "MIN_MACS", 0)
@@ -139,17 +141,24 @@ def test_prefill_products_and_the_metric_learner_run_on_onednn(monkeypatch):
     assert isinstance(model, PLDRModel)
     tokens = torch.randint(1, model.config.input_vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))
 
-    def onednn_calls(grad: bool) -> int:
+    def calls(grad: bool, op: str = "mkldnn::_linear_pointwise") -> int:
         with torch.set_grad_enabled(grad), profile() as prof:
             model(tokens, logits="last")
-        return sum(e.count for e in prof.key_averages() if e.key == "mkldnn::_linear_pointwise")
+        return sum(e.count for e in prof.key_averages() if e.key == op)
 
     from plga.kernels.packed import uses_rows
 
+    rows = uses_rows(model.device, torch.float32)
     learner = 3 * model.config.num_reslayerA * model.config.num_denseA  # the learner's SwiGLUs
-    projections = 4 if uses_rows(model.device, torch.float32) else 0  # QKV, dense, gates, gluw3
-    assert onednn_calls(False) >= model.config.num_layers * (learner + projections)
-    assert onednn_calls(True) == 0
+    projections = 5 if rows else 0  # QKV, dense, the gate's two halves, gluw3
+    layers = model.config.num_layers
+    assert calls(False) >= layers * (learner + projections)
+    assert calls(True) == 0
+    # silu of its own: the power stage's iSwiGLU, and the feed-forward's where its copies are column blocks;
+    # the learner's and (row layout) the feed-forward's gates run it inside their GEMMs
+    assert calls(False, "aten::silu") == layers * (1 if rows else 2)
+    monkeypatch.setattr(gemm, "serves", lambda *a: False)  # negative control: the gates run unfused
+    assert calls(False, "aten::silu") > layers * (1 if rows else 2)
 
 
 def test_availability_needs_x86_64_and_the_switch_on(monkeypatch):
@@ -232,3 +241,94 @@ def test_the_low_precision_question_matches_the_cpu_flags():
         assert not gemm.cpu_has_low_precision_gemm(torch.bfloat16)
     else:
         pytest.skip(f"flags between the two rules: {sorted(f for f in flags if f.startswith(('avx', 'amx')))}")
+
+
+# --- the SwiGLU gate ------------------------------------------------------------------------
+
+
+def _gate_inputs(shape: tuple[int, ...], n: int, dtype: torch.dtype, seed: int) -> tuple[torch.Tensor, ...]:
+    x, w1, b1 = _inputs(shape, n, dtype, seed)
+    _, w2, b2 = _inputs(shape, n, dtype, seed + 1)
+    return x, w1, b1, w2, b2
+
+
+def _gate_violations(out: torch.Tensor, x, w1, b1, w2, b2) -> int:
+    """Entries outside |out − s(t₁)t₂| ≤ 3u'|s(t₁)t₂| + 1.2 e₁(|t₂| + e₂) + 1.1|s(t₁)| e₂ with
+    t_i = b_i + x W_iᵀ in float64, s = silu (|s'| ≤ 1.1), e_i the bound of one product rounded to
+    the output dtype (:func:`_violations`: u|t_i| + (K + 2)·2⁻²⁴·Σ|x||w_i| + |b_i|), and u' the
+    output dtype's unit roundoff plus 8·2⁻²⁴ for silu's own error (its result, and the product,
+    may each be rounded to the output dtype)."""
+    xd = x.double()
+    u = OUT_U[out.dtype]
+    t, e = [], []
+    for w, b in ((w1, b1), (w2, b2)):
+        wd, bd = w.double(), b.double()
+        t.append(bd + xd @ wd.T)
+        e.append(u * t[-1].abs() + (x.shape[-1] + 2) * 2.0**-24 * (bd.abs() + xd.abs() @ wd.abs().T))
+    s1 = F.silu(t[0])
+    truth = s1 * t[1]
+    bound = 3 * (u + 8 * 2.0**-24) * truth.abs() + 1.2 * e[0] * (t[1].abs() + e[1]) + 1.1 * s1.abs() * e[1] + 1e-30
+    return int(((out.double() - truth).abs() > bound).sum())
+
+
+def _ops_run(fn) -> dict[str, int]:
+    from torch.profiler import profile
+
+    with profile() as prof:
+        fn()
+    return {e.key: e.count for e in prof.key_averages()}
+
+
+@needs_onednn
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["f32", "bf16"])
+@pytest.mark.parametrize(("shape", "n"), [((3, 4, 64, 64), 170), ((300, 896), 240), ((2, 9000, 33), 9)])
+def test_gate_runs_its_silu_and_product_inside_the_two_gemms_within_the_bound(dtype, shape, n):
+    """Where oneDNN serves both products: two oneDNN calls and no silu or product of their own,
+    within the bound of two float32-accumulated products, a silu and a product."""
+    x, w1, b1, w2, b2 = _gate_inputs(shape, n, dtype, seed=sum(shape) + n)
+    if not gemm.serves(x, w1, b1):
+        pytest.skip(f"oneDNN does not serve {dtype} products on this CPU")
+    out = gemm.gated(x, w1, b1, w2, b2)
+    assert out.dtype == dtype and out.shape == (*shape[:-1], n)
+    assert _gate_violations(out, x, w1, b1, w2, b2) == 0
+    ops = _ops_run(lambda: gemm.gated(x, w1, b1, w2, b2))
+    assert ops.get("mkldnn::_linear_pointwise") == 2
+    assert not {"aten::silu", "aten::mul", "aten::mul_"} & set(ops), ops
+
+
+@pytest.mark.parametrize("case", ["float64", "below the size threshold", "autograd"])
+def test_gate_off_onednn_is_two_products_a_silu_and_a_product(case):
+    """Where oneDNN does not serve (float64, small products, operands that need gradients): the
+    same gate from :func:`gemm.linear`, within the same bound, differentiable."""
+    dtype = torch.float64 if case == "float64" else torch.float32
+    shape, n = ((5, 8), 3) if case == "below the size threshold" else ((64, 256), 128)
+    x, w1, b1, w2, b2 = _gate_inputs(shape, n, dtype, seed=4)
+    if case == "autograd":
+        w1.requires_grad_()
+    assert not gemm.serves(x, w1, b1)
+    out = gemm.gated(x, w1, b1, w2, b2)
+    assert _gate_violations(out.detach(), x, w1.detach(), b1, w2, b2) == 0
+    if case == "autograd":
+        out.sum().backward()
+        t2 = (b2.double() + x.double() @ w2.double().T)
+        t1 = (b1.double() + x.double() @ w1.detach().double().T)
+        ds = torch.sigmoid(t1) * (1 + t1 * (1 - torch.sigmoid(t1)))  # silu'
+        expected = ((ds * t2).T @ x.double()).float()  # ∂ Σ out / ∂ W₁
+        assert w1.grad is not None and torch.allclose(w1.grad, expected, rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize("served", [True, False], ids=["onednn", "F.linear"])
+def test_negative_controls_the_gate_bound_catches_a_swapped_gate_a_dropped_bias_and_a_sigmoid(served, monkeypatch):
+    if served and not ONEDNN:
+        pytest.skip("torch has no oneDNN inner product here")
+    monkeypatch.setattr(gemm, "MIN_MACS", 0)
+    if not served:
+        monkeypatch.setattr(gemm, "_AVAILABLE", False)
+    x, w1, b1, w2, b2 = _gate_inputs((300, 64), 40, torch.float32, seed=9)
+    b2 = b2 + 2.0
+    assert gemm.serves(x, w1, b1) is served
+    assert _gate_violations(gemm.gated(x, w1, b1, w2, b2), x, w1, b1, w2, b2) == 0
+    assert _gate_violations(gemm.gated(x, w2, b2, w1, b1), x, w1, b1, w2, b2) > 0  # silu on the other factor
+    assert _gate_violations(gemm.gated(x, w1, b1, w2, b2 - 2.0), x, w1, b1, w2, b2) > 0  # a bias dropped
+    sig = torch.sigmoid(gemm.linear(x, w1, b1)) * gemm.linear(x, w2, b2)
+    assert _gate_violations(sig, x, w1, b1, w2, b2) > 0  # sigmoid for silu
