@@ -332,3 +332,15 @@ def test_negative_controls_the_gate_bound_catches_a_swapped_gate_a_dropped_bias_
     assert _gate_violations(gemm.gated(x, w1, b1, w2, b2 - 2.0), x, w1, b1, w2, b2) > 0  # a bias dropped
     sig = torch.sigmoid(gemm.linear(x, w1, b1)) * gemm.linear(x, w2, b2)
     assert _gate_violations(sig, x, w1, b1, w2, b2) > 0  # sigmoid for silu
+
+
+@needs_onednn
+def test_gate_takes_strided_operands_no_bias_and_empty_rows(monkeypatch):
+    monkeypatch.setattr(gemm, "MIN_MACS", 0)
+    x, w1, b1, w2, b2 = _gate_inputs((40, 24), 9, torch.float32, seed=3)
+    xt, w1t = x.T.contiguous().T, w1.T.contiguous().T  # the same values, column-major
+    assert not xt.is_contiguous() and not w1t.is_contiguous() and gemm.serves(xt, w1t, b1)
+    assert _gate_violations(gemm.gated(xt, w1t, b1, w2, b2), x, w1, b1, w2, b2) == 0
+    zero = torch.zeros(9)
+    assert _gate_violations(gemm.gated(x, w1, None, w2, None), x, w1, zero, w2, zero) == 0
+    assert gemm.gated(x[:0], w1, b1, w2, b2).shape == (0, 9)
