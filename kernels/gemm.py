@@ -130,9 +130,9 @@ def linear(x: Tensor, w: Tensor, b: Tensor | None = None) -> Tensor:
 
 def gated(x: Tensor, w1: Tensor, b1: Tensor | None, w2: Tensor, b2: Tensor | None) -> Tensor:
     """silu(b₁ + x W₁ᵀ) ⊙ (b₂ + x W₂ᵀ) for x [..., K], W₁ and W₂ [N, K] → [..., N]: the gate of a
-    SwiGLU unit (paper eq. for ``GLUVariant``: gluw3 applied to it gives the unit). Where
-    :func:`linear` runs oneDNN for both products, the silu and the product are their
-    post-operations; else two :func:`linear` products, silu and the product."""
+    SwiGLU block, glu(x) = gate · W₃ᵀ + b₃ (docs/spec.md §1.3; Lean ``swiglu``; upstream
+    ``GLUVariant``). Where :func:`linear` runs oneDNN for both products, the silu and the
+    product are their post-operations; else two :func:`linear` products, silu and the product."""
     if serves(x, w1, b1) and serves(x, w2, b2):
         gate = torch.ops.mkldnn._linear_pointwise(x, w1, b1, "swish", [], "")  # silu(b₁ + x W₁ᵀ) [..., N]
         return torch.ops.mkldnn._linear_pointwise.binary(x, gate, w2, b2, "mul")  # (b₂ + x W₂ᵀ) ⊙ gate
