@@ -20,8 +20,9 @@ def _expected(t: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(3, 5, 7), (2, 4, 6, 6), (1, 1, 1)])
+@pytest.mark.parametrize("shape", [(3, 5, 7), (2, 4, 6, 6), (1, 1, 1), (2, 3, 31), (2, 3, 32), (3, 2, 8, 8), (2, 2, 900)])
 def test_row_extremes_flag_what_isfinite_flags(dtype, shape):
+    """Rows shorter than SPLIT_MIN_ROW (one aminmax) and as long or longer (amin and amax)."""
     gen = torch.Generator().manual_seed(sum(shape))
     t = torch.randn(*shape, generator=gen).to(dtype)
     big = torch.finfo(dtype).max
@@ -29,11 +30,12 @@ def test_row_extremes_flag_what_isfinite_flags(dtype, shape):
     flat[0, 0, -1] = big  # finite extremes: never flagged
     flat[-1, -1, 0] = -big
     assert not nonfinite_rows(t).any()
-    bad = {(0, 0): float("nan"), (shape[0] - 1, shape[1] - 1): float("inf")}
+    n = flat.shape[-1]
+    bad = {(0, 0): (float("nan"), n // 2), (shape[0] - 1, shape[1] - 1): (float("inf"), n - 1)}  # a row's middle, its end
     if shape[0] > 1:
-        bad[(1, 0)] = float("-inf")
-    for (b, x), value in bad.items():
-        flat[b, x, flat.shape[-1] // 2] = value
+        bad[(1, 0)] = (float("-inf"), 0)  # its start
+    for (b, x), (value, k) in bad.items():
+        flat[b, x, k] = value
     got = nonfinite_rows(t)
     assert got.shape == shape[:2] and got.dtype == torch.bool
     assert torch.equal(got, _expected(t)) and int(got.sum()) == len(bad)
