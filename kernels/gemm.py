@@ -20,7 +20,8 @@ and the product as oneDNN post-operations of the two GEMMs (``"swish"``, then th
 binary post-op): no pass of its own over the hidden activations, whose silu took 24 ms of a
 paper-110m layer at b8 s1024 (8192 × 2392 floats; the product in place 4 ms more). Bench
 machine, float32, 2 threads: the feed-forward's gate 405 → 381 ms a layer at that shape; the
-metric learner's [8, 14, 64, 64] → 170 2.42 → 2.38 ms (bfloat16 1.37 → 1.20). The results are
+metric learner's [8, 14, 64, 64] → 170 2.42 → 2.38 ms (its chain runs in float32 in every
+model; the same product in bfloat16 took 1.37 → 1.20 ms). The results are
 float32 products rounded once, as before; oneDNN's silu differs from torch's in the last bits
 (relative 1e-7 in float32).
 

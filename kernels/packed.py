@@ -197,9 +197,9 @@ def packed_gated(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = Fa
     """silu(first half) ⊙ second half of the gluw1 | gluw2 product (:meth:`PackedWeights.layer`:
     two gates of F = n / 2 columns each) for x [M, K] → [M, F] (no autograd). More than
     :data:`PACKED_SMALL_M` rows in the row layout (prefill): the two halves of W on
-    :func:`.gemm.gated`, the silu and the product fused into the GEMMs; else
-    :func:`packed_linear`, then silu and the product in place."""
-    if w.ndim == 2 and x.shape[0] > PACKED_SMALL_M and not torch.compiler.is_compiling():
+    :func:`.gemm.gated` (the silu and the product fused into the GEMMs where oneDNN serves them);
+    else :func:`packed_linear`, then silu and the product in place."""
+    if w.ndim == 2 and x.shape[0] > PACKED_SMALL_M:
         f = n // 2
         return gemm.gated(x, w[:f], b[:f], w[f:n], b[f:n])
     a1, a2 = packed_linear(x, w, b, n, compiled=compiled).chunk(2, dim=-1)  # gluw1, gluw2 [M, F]

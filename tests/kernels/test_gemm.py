@@ -27,14 +27,19 @@ def _inputs(shape: tuple[int, ...], n: int, dtype: torch.dtype, seed: int) -> tu
     return tuple(torch.randn(*s, generator=g, dtype=torch.float64).to(dtype) for s in (shape, (n, k), (n,)))
 
 
-def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> int:
-    """Entries outside |out − t| ≤ u_out·|t| + (K + 2)·2⁻²⁴·(Σ|x||w| + |b|), t = b + x Wᵀ in float64."""
+def _product(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, u: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """t = b + x Wᵀ in float64 and the bound of F.linear's contract on it, rounded to a dtype of
+    unit roundoff u: u·|t| + (K + 2)·2⁻²⁴·(Σ|x||w| + |b|)."""
     xd, wd = x.double(), w.double()
     bd = torch.zeros(w.shape[0], dtype=torch.float64) if b is None else b.double()
     truth = bd + xd @ wd.T
-    mass = bd.abs() + xd.abs() @ wd.abs().T
-    bound = OUT_U[out.dtype] * truth.abs() + (x.shape[-1] + 2) * 2.0**-24 * mass + 1e-30
-    return int(((out.double() - truth).abs() > bound).sum())
+    return truth, u * truth.abs() + (x.shape[-1] + 2) * 2.0**-24 * (bd.abs() + xd.abs() @ wd.abs().T)
+
+
+def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None) -> int:
+    """Entries outside |out − t| ≤ u_out·|t| + (K + 2)·2⁻²⁴·(Σ|x||w| + |b|), t = b + x Wᵀ in float64."""
+    truth, err = _product(x, w, b, OUT_U[out.dtype])
+    return int(((out.double() - truth).abs() > err + 1e-30).sum())
 
 
 def _asked_inside_compiled_code(question, x, w, b) -> list[bool]:
@@ -255,19 +260,14 @@ def _gate_inputs(shape: tuple[int, ...], n: int, dtype: torch.dtype, seed: int) 
 def _gate_violations(out: torch.Tensor, x, w1, b1, w2, b2) -> int:
     """Entries outside |out − s(t₁)t₂| ≤ 3u'|s(t₁)t₂| + 1.2 e₁(|t₂| + e₂) + 1.1|s(t₁)| e₂ with
     t_i = b_i + x W_iᵀ in float64, s = silu (|s'| ≤ 1.1), e_i the bound of one product rounded to
-    the output dtype (:func:`_violations`: u|t_i| + (K + 2)·2⁻²⁴·Σ|x||w_i| + |b_i|), and u' the
+    the output dtype (:func:`_product`: u|t_i| + (K + 2)·2⁻²⁴·(Σ|x||w_i| + |b_i|)), and u' the
     output dtype's unit roundoff plus 8·2⁻²⁴ for silu's own error (its result, and the product,
     may each be rounded to the output dtype)."""
-    xd = x.double()
     u = OUT_U[out.dtype]
-    t, e = [], []
-    for w, b in ((w1, b1), (w2, b2)):
-        wd, bd = w.double(), b.double()
-        t.append(bd + xd @ wd.T)
-        e.append(u * t[-1].abs() + (x.shape[-1] + 2) * 2.0**-24 * (bd.abs() + xd.abs() @ wd.abs().T))
-    s1 = F.silu(t[0])
-    truth = s1 * t[1]
-    bound = 3 * (u + 8 * 2.0**-24) * truth.abs() + 1.2 * e[0] * (t[1].abs() + e[1]) + 1.1 * s1.abs() * e[1] + 1e-30
+    (t1, e1), (t2, e2) = _product(x, w1, b1, u), _product(x, w2, b2, u)
+    s1 = F.silu(t1)
+    truth = s1 * t2
+    bound = 3 * (u + 8 * 2.0**-24) * truth.abs() + 1.2 * e1 * (t2.abs() + e2) + 1.1 * s1.abs() * e2 + 1e-30
     return int(((out.double() - truth).abs() > bound).sum())
 
 
