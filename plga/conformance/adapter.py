@@ -80,6 +80,7 @@ ALIASES: dict[str, str] = {
     "plga.kernels": "plga.conformance.adapters:kernels",
     "kernels-eager": "plga.conformance.adapters:kernels_eager",
     "kernels-captured": "plga.conformance.adapters:kernels_captured",
+    "kernels-at-scale": "plga.conformance.adapters:kernels_at_scale",
     "reference": "plga.conformance.adapters:reference",
 }
 

@@ -4,6 +4,8 @@
   package actually defines, so the suite runs against a partial build and names the gaps.
 * :func:`kernels_eager` — the same package with ``backend="eager"``.
 * :func:`kernels_captured` — the same package with captured decoding steps (``compile_decode``).
+* :func:`kernels_at_scale` — the same package with every size threshold at its lowest
+  (:mod:`plga.kernels.thresholds`): the suite's small inputs run the paths of large models.
 * :func:`reference` — the float64 NumPy reference wrapped as an implementation (rounds its
   float64 result to the input dtype): the "always passes" sanity implementation.
 * :class:`EagerAdapter` — :mod:`plga.conformance.eager`, the suite's baseline, as an adapter:
@@ -15,6 +17,7 @@ The device comes from ``$PLGA_DEVICE`` (default ``cpu``); CUDA is never queried 
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import os
 from collections.abc import Mapping, Sequence
@@ -132,9 +135,10 @@ class KernelsAdapter(Adapter):
     Only what the package defines is declared.
     """
 
-    def __init__(self, backend: str | None = None, *, captured: bool = False) -> None:
+    def __init__(self, backend: str | None = None, *, captured: bool = False, at_scale: bool = False) -> None:
         torch = _torch()
         self.captured = captured
+        self.at_scale = at_scale
         import plga.kernels as K
 
         self.K = K
@@ -152,6 +156,8 @@ class KernelsAdapter(Adapter):
             # each new model shape compiles a step: seconds each with a cold cache, tens of seconds on a
             # slow host (AMD EPYC with AVX2 only, two xdist workers: one check took 300–500 s)
             self.time_scale = 20.0
+        if at_scale:
+            self.name = "plga.kernels (every size threshold at its lowest: the paths of large models)"
         from .. import __version__
 
         self.version = f"plga {getattr(K, '__version__', __version__)}, torch {torch.__version__}"
@@ -190,12 +196,23 @@ class KernelsAdapter(Adapter):
             kw["finite_mask"] = True
         if self.backend is not None:
             kw["backend"] = self.backend
-        return self._attention(q, k, v, G, **kw)
+        with self._paths():
+            return self._attention(q, k, v, G, **kw)
 
     def operator_chain(self, q_rot: Any, layer_weights: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
         if self._chain is None:
             raise NotProvided("plga.kernels defines no operator_chain")
-        return tuple(self._chain(q_rot, dict(layer_weights)))  # type: ignore[return-value]
+        with self._paths():
+            return tuple(self._chain(q_rot, dict(layer_weights)))  # type: ignore[return-value]
+
+    def _paths(self) -> Any:
+        """The block every operation runs in: all of :mod:`plga.kernels.thresholds` at their
+        lowest values for ``kernels-at-scale``, else nothing changed."""
+        if not self.at_scale:
+            return contextlib.nullcontext()
+        from plga.kernels.thresholds import smallest
+
+        return smallest()
 
     def _model(self, state_dict: Mapping[str, Any], config: Any) -> Any:
         # one model per state dict object; the dict itself is kept so its id cannot be reused
@@ -213,15 +230,16 @@ class KernelsAdapter(Adapter):
     def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:
         torch = _torch()
         model = self._model(state_dict, config)
-        with torch.no_grad():
+        with torch.no_grad(), self._paths():
             out = model(tokens, logits="all", deductive=True, G=None if constant_g is None else list(constant_g))
         return _forward_output(out)
 
     def generate(self, state_dict: Mapping[str, Any], config: Any, prompt: Any, max_new_tokens: int, *,
                  mode: str, constant_g: Sequence[Any] | None = None) -> GenerateOutput:
         model = self._model(state_dict, config)
-        out = model.generate(prompt, max_new_tokens, mode, G=None if constant_g is None else list(constant_g),
-                             return_step_logits=True)
+        with self._paths():
+            out = model.generate(prompt, max_new_tokens, mode, G=None if constant_g is None else list(constant_g),
+                                 return_step_logits=True)
         return _generate_output(out)
 
 
@@ -277,8 +295,20 @@ def kernels_captured() -> Adapter:
 
 
 @adapter_factory
+def kernels_at_scale() -> Adapter:
+    """:mod:`plga.kernels` with every size threshold of :mod:`plga.kernels.thresholds` at its
+    lowest value during each operation: the suite's small inputs run the paths a large model
+    runs (oneDNN products, the feed-forward gate inside its GEMMs, blocked bfloat16 attention,
+    …), which the shipped thresholds keep for large inputs only."""
+    return KernelsAdapter(at_scale=True)
+
+
+@adapter_factory
 def reference() -> Adapter:
     return ReferenceAdapter()
 
 
-__all__ = ["EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_captured", "kernels_eager", "reference"]
+__all__ = [
+    "EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_at_scale", "kernels_captured", "kernels_eager",
+    "reference",
+]

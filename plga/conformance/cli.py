@@ -29,7 +29,7 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--impl", default=None, metavar="MODULE:OBJECT",
                         help="implementation under test: an Adapter (instance or subclass), a factory, or an attention "
                              "callable (default: $PLGA_IMPL, else the project's plga.kernels; aliases: default, kernels, "
-                             "kernels-eager, kernels-captured, reference); the module must be importable (PYTHONPATH)")
+                             "kernels-eager, kernels-captured, kernels-at-scale, reference); the module must be importable (PYTHONPATH)")
     parser.add_argument("--profile", default=None, choices=["quick", "ci", "thorough"],
                         help="example budget (default: $PLGA_PROFILE, ci when $CI is set, else quick)")
     parser.add_argument("--seed", type=int, default=None,

@@ -22,7 +22,7 @@ def pytest_addoption(parser: Any) -> None:
     group = parser.getgroup("plga", "PLGA conformance suite")
     group.addoption("--plga-impl", default=None, metavar="MODULE:OBJECT",
                     help="implementation under test (default: $PLGA_IMPL, else the project's plga.kernels); "
-                         "aliases: default, kernels, kernels-eager, kernels-captured, reference")
+                         "aliases: default, kernels, kernels-eager, kernels-captured, kernels-at-scale, reference")
     group.addoption("--plga-profile", default=None, choices=["quick", "ci", "thorough"],
                     help="Hypothesis budget of the conformance checks (default: $PLGA_PROFILE, ci when $CI is set, else quick)")
     group.addoption("--plga-xfails-file", default=None, metavar="PATH",

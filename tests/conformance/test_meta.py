@@ -92,6 +92,7 @@ def test_self_test_counts_a_missed_control(monkeypatch):
 @pytest.mark.parametrize(("impl", "dtypes"), [
     ("default", None),                      # the project's kernels, every declared dtype
     ("kernels-eager", ("float32",)),        # the project's kernels with scores materialized
+    ("kernels-at-scale", None),             # every size threshold at its lowest: the paths of large models
     ("reference", ("float32",)),            # float64 rounding to float32: always passes
 ])
 def test_correct_kernels_pass(impl, dtypes):

@@ -1,0 +1,95 @@
+"""``kernels-at-scale``: the suite's small drawn models run the paths of large ones, and a fault
+in one of those paths fails the suite.
+
+At the shipped thresholds (:mod:`plga.kernels.thresholds`) the suite's models, d_model up to
+80 and a few dozen tokens, never reach oneDNN's fused feed-forward gate nor, in bfloat16, the
+blocked attention: those run only for large inputs. ``kernels-at-scale`` lowers every
+threshold during each operation. Here: it reaches each such path (counted by spies on the
+functions that take it), and each broken path below is caught by it (negative controls). The
+whole quick profile passes on it in every dtype (tests/conformance/test_meta.py).
+"""
+
+import collections
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from plga.conformance import check_kernel, resolve_impl  # noqa: E402
+from plga.kernels import finite, functional, gemm  # noqa: E402
+
+CHECKS = ["forward_logits", "operator_chain", "attention_causal"]
+
+
+def _blocked_attention_here() -> bool:
+    """Whether this CPU runs bfloat16 attention by blocks of queries at all (no AMX, bf16 arithmetic)."""
+    return not functional.cpu_has_amx() and gemm.cpu_has_low_precision_gemm(torch.bfloat16)
+
+
+def _spy(monkeypatch, counts, module, name, key, taken=lambda *a, **k: True):
+    original = getattr(module, name)
+
+    def spy(*args, **kwargs):
+        if taken(*args, **kwargs):
+            counts[key] += 1
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spy)
+
+
+def test_at_scale_reaches_the_paths_of_large_models(monkeypatch):
+    counts: collections.Counter[str] = collections.Counter()
+    _spy(monkeypatch, counts, gemm, "linear", "oneDNN product", lambda x, w, b=None: gemm.serves(x, w, b))
+    _spy(monkeypatch, counts, gemm, "gated", "gate inside its GEMMs",
+         lambda x, w1, b1, w2, b2: gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2))
+    _spy(monkeypatch, counts, functional, "blocked_attention", "blocked bfloat16 attention")
+    _spy(monkeypatch, counts, finite, "row_extremes", "split row extremes",
+         lambda t: t.numel() > 0 and t.reshape(t.shape[0], t.shape[1], -1).shape[-1] >= finite.SPLIT_MIN_ROW)
+    report = check_kernel(resolve_impl("kernels-at-scale"), dtypes=("float32", "bfloat16"), profile="quick", shrink=False,
+                          checks=CHECKS)
+    assert report.passed, report.summary()
+    want = {"split row extremes"}
+    if gemm.serves(torch.ones(4096, 64), torch.ones(4096, 64), None):  # torch with oneDNN on x86-64
+        want |= {"oneDNN product", "gate inside its GEMMs"}
+    if _blocked_attention_here():
+        want.add("blocked bfloat16 attention")
+    assert want <= {k for k, n in counts.items() if n > 0}, dict(counts)
+
+
+def _gate_on_swapped_factors(original):
+    def gated(x, w1, b1, w2, b2):  # silu on the second factor, only where the fused path runs
+        if gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2):
+            return original(x, w2, b2, w1, b1)
+        return original(x, w1, b1, w2, b2)
+
+    return gated
+
+
+def _bias_dropped_on_onednn(original):
+    def linear(x, w, b=None):
+        return original(x, w, None) if gemm.serves(x, w, b) else original(x, w, b)
+
+    return linear
+
+
+def _blocked_without_causality(original):
+    def blocked_attention(qg, k, v, *, causal, scale):
+        return original(qg, k, v, causal=False, scale=scale)
+
+    return blocked_attention
+
+
+@pytest.mark.parametrize(("module", "name", "break_it", "dtype", "needs"), [
+    (gemm, "gated", _gate_on_swapped_factors, "float32", "onednn"),
+    (gemm, "linear", _bias_dropped_on_onednn, "float32", "onednn"),
+    (functional, "blocked_attention", _blocked_without_causality, "bfloat16", "blocked"),
+], ids=["gate-silu-on-the-wrong-factor", "onednn-bias-dropped", "blocked-attention-not-causal"])
+def test_at_scale_catches_a_broken_large_path(monkeypatch, module, name, break_it, dtype, needs):
+    if needs == "onednn" and not gemm.serves(torch.ones(4096, 64), torch.ones(4096, 64), None):
+        pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
+    if needs == "blocked" and not _blocked_attention_here():
+        pytest.skip("this CPU runs bfloat16 attention on the flash kernel at every size")
+    monkeypatch.setattr(module, name, break_it(getattr(module, name)))
+    report = check_kernel(resolve_impl("kernels-at-scale"), dtypes=(dtype,), profile="quick", shrink=False, checks=CHECKS)
+    assert not report.passed, f"kernels-at-scale passed with {name} broken"
+    assert report.counts()["failed"] > 0
