@@ -1,5 +1,9 @@
 """``plga verify``: the SDPA reduction, every theorem check and kernel conformance, one table.
 
+For the project's own kernels the conformance part runs twice: with the size thresholds as
+shipped, and at scale (:data:`AT_SCALE_GROUPS` with every threshold at its lowest, so the
+suite's small models take the paths of large ones: :mod:`plga.kernels.thresholds`).
+
 Exit status 0 only when every part ran something and passed: the conformance part counts as
 passed only if checks ran and none failed (an implementation that declares nothing is
 "nothing verified", a failure); 1 otherwise; 3 (``ERROR``, no verdict) when the only parts that
@@ -71,15 +75,12 @@ def _verify(args: argparse.Namespace) -> int:
     if not any(r["passed"] or r["errors"] for r in conf):
         rows.append({"check": "conformance", "ok": False, "seconds": sum(r["seconds"] for r in conf),
                      "detail": f"{adapter.name}: nothing verified — no check ran (declare capabilities)"})
-    for row in conf:  # a group where nothing ran (undeclared) is skipped, never a pass
-        ran = row["passed"] + row["failed"] + row["errors"] > 0
-        raised = f", {row['errors']} raised in the suite (a bug in plga: run plga conformance for the traceback)"
-        rows.append({"check": f"conformance: {row['group']}", "ok": row["failed"] + row["errors"] == 0 if ran else None,
-                     "seconds": row["seconds"], "error": row["errors"] > 0 and not row["failed"],
-                     "detail": f"{row['implementation']}: {row['passed']} passed, {row['failed']} failed"
-                               + (raised if row["errors"] else "") + f", {row['skipped']} skipped"
-                               + (f"; failed: {', '.join(row['failures'][:3])}" if row["failures"] else "")
-                               + (f"; raised: {', '.join(row['raised'][:3])}" if row["raised"] else "")})
+    rows += _conformance_rows(conf, "conformance")
+    at_scale = _at_scale_variant(adapter)
+    if at_scale is not None:
+        stop_if_interrupted()
+        conf = quick_summary(at_scale, groups=AT_SCALE_GROUPS, seed=args.seed, check_timeout=args.check_timeout)
+        rows += _conformance_rows(conf, "conformance at scale")
     judged = [r for r in rows if r["ok"] is not None]
     ok = all(r["ok"] for r in judged)
     # no verdict where the only parts that did not pass are the suite's own errors
@@ -101,4 +102,40 @@ def _verify(args: argparse.Namespace) -> int:
     return VERDICTS[word]
 
 
-__all__ = ["add_verify_arguments", "verify_main"]
+#: Groups of the at-scale conformance part: every path a size threshold steers is reached by
+#: them; the cache group's decoding steps run the same paths at every model size (its whole
+#: quick profile at scale runs in the test suite and in ``plga conformance --impl kernels-at-scale``).
+AT_SCALE_GROUPS = ("attention", "structure", "chain", "decoder")
+
+
+def _at_scale_variant(adapter: Any) -> Any:
+    """The project's kernels with every size threshold at its lowest
+    (:func:`plga.conformance.adapters.kernels_at_scale`, the same backend) when ``adapter`` is
+    the project's kernels with its thresholds as shipped and uncaptured; else None (another
+    implementation's thresholds are its own; a captured variant compiles every drawn shape)."""
+    from .adapter import Declared
+    from .adapters import KernelsAdapter
+
+    inner = adapter.obj if isinstance(adapter, Declared) else adapter  # what resolve_impl wrapped
+    if not isinstance(inner, KernelsAdapter) or inner.at_scale or inner.captured:
+        return None
+    return KernelsAdapter(inner.backend, at_scale=True)
+
+
+def _conformance_rows(conf: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:
+    """One table row per group of :func:`~plga.conformance.runner.quick_summary`'s result; a
+    group where nothing ran (undeclared) is skipped, never a pass."""
+    rows = []
+    for row in conf:
+        ran = row["passed"] + row["failed"] + row["errors"] > 0
+        raised = f", {row['errors']} raised in the suite (a bug in plga: run plga conformance for the traceback)"
+        rows.append({"check": f"{part}: {row['group']}", "ok": row["failed"] + row["errors"] == 0 if ran else None,
+                     "seconds": row["seconds"], "error": row["errors"] > 0 and not row["failed"],
+                     "detail": f"{row['implementation']}: {row['passed']} passed, {row['failed']} failed"
+                               + (raised if row["errors"] else "") + f", {row['skipped']} skipped"
+                               + (f"; failed: {', '.join(row['failures'][:3])}" if row["failures"] else "")
+                               + (f"; raised: {', '.join(row['raised'][:3])}" if row["raised"] else "")})
+    return rows
+
+
+__all__ = ["AT_SCALE_GROUPS", "add_verify_arguments", "verify_main"]

@@ -93,3 +93,49 @@ def test_at_scale_catches_a_broken_large_path(monkeypatch, module, name, break_i
     report = check_kernel(resolve_impl("kernels-at-scale"), dtypes=(dtype,), profile="quick", shrink=False, checks=CHECKS)
     assert not report.passed, f"kernels-at-scale passed with {name} broken"
     assert report.counts()["failed"] > 0
+
+
+def _verify_decoder_only(monkeypatch, argv):
+    """plga verify's verdict and lines, its theorem part stubbed and each conformance part run on
+    the decoder group only (the parts under test here)."""
+    import argparse
+    import contextlib
+    import io
+
+    import plga.proofs_bridge as pb
+    from plga.conformance import runner
+    from plga.conformance.verify import add_verify_arguments, verify_main
+
+    monkeypatch.setattr(pb, "run_all", lambda max_examples: [])
+    monkeypatch.setattr(pb, "summary", lambda results: {"passed": 1, "theorems": 1, "derived": 1, "proved_symbolically": 0,
+                                                       "algebraic_identities": 0})
+    real = runner.quick_summary
+    monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, **kw: real(adapter, groups=["decoder"], **kw))
+    parser = argparse.ArgumentParser()
+    add_verify_arguments(parser)
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = verify_main(parser.parse_args(argv))
+    return code, out.getvalue().splitlines()
+
+
+def test_verify_certifies_the_project_kernels_at_scale_too(monkeypatch):
+    code, lines = _verify_decoder_only(monkeypatch, [])
+    assert code == 0 and lines[0].startswith("plga verify: PASS")
+    row = next(line for line in lines if line.startswith("conformance at scale: decoder"))
+    assert " PASS " in row and "at scale: every size threshold at its lowest" in row
+
+
+def test_verify_has_no_at_scale_part_for_another_implementation(monkeypatch):
+    code, lines = _verify_decoder_only(monkeypatch, ["--impl", "kernels-at-scale"])
+    assert code == 0 and not any(line.startswith("conformance at scale") for line in lines)
+
+
+def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch):
+    """Negative control: the fused feed-forward gate with silu on the wrong factor fails plga verify."""
+    if not gemm.serves(torch.ones(4096, 64), torch.ones(4096, 64), None):
+        pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
+    monkeypatch.setattr(gemm, "gated", _gate_on_swapped_factors(gemm.gated))
+    code, lines = _verify_decoder_only(monkeypatch, [])
+    assert code == 1 and lines[0].startswith("plga verify: FAIL")
+    assert " FAIL " in next(line for line in lines if line.startswith("conformance at scale: decoder"))

@@ -125,7 +125,7 @@ def test_verify_reports_a_suite_error_as_error(monkeypatch, capsys):
     from plga.conformance import runner
 
     real = runner.quick_summary
-    monkeypatch.setattr(runner, "quick_summary", lambda adapter, seed=None, check_timeout=None: real(adapter, groups=["chain"]))
+    monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, seed=None, check_timeout=None: real(adapter, groups=["chain"]))
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
     assert verify_main(parser.parse_args([])) == 3
