@@ -157,7 +157,7 @@ class KernelsAdapter(Adapter):
             # slow host (AMD EPYC with AVX2 only, two xdist workers: one check took 300–500 s)
             self.time_scale = 20.0
         if at_scale:
-            self.name = "plga.kernels (at scale: every size threshold at its lowest)"
+            self.name += ", at scale (every size threshold at its lowest)"
         from .. import __version__
 
         self.version = f"plga {getattr(K, '__version__', __version__)}, torch {torch.__version__}"

@@ -123,7 +123,7 @@ def test_verify_certifies_the_project_kernels_at_scale_too(monkeypatch):
     code, lines = _verify_decoder_only(monkeypatch, [])
     assert code == 0 and lines[0].startswith("plga verify: PASS")
     row = next(line for line in lines if line.startswith("conformance at scale: decoder"))
-    assert " PASS " in row and "at scale: every size threshold at its lowest" in row
+    assert " PASS " in row and "(backend=sdpa), at scale (every size threshold at its lowest)" in row
 
 
 def test_verify_has_no_at_scale_part_for_another_implementation(monkeypatch):
@@ -139,3 +139,9 @@ def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch):
     code, lines = _verify_decoder_only(monkeypatch, [])
     assert code == 1 and lines[0].startswith("plga verify: FAIL")
     assert " FAIL " in next(line for line in lines if line.startswith("conformance at scale: decoder"))
+
+
+def test_verify_runs_the_at_scale_part_on_the_backend_it_verifies(monkeypatch):
+    code, lines = _verify_decoder_only(monkeypatch, ["--impl", "kernels-eager"])
+    row = next(line for line in lines if line.startswith("conformance at scale: decoder"))
+    assert code == 0 and " PASS " in row and "(backend=eager), at scale" in row
