@@ -19,6 +19,8 @@ from plga.conformance import check_kernel, resolve_impl  # noqa: E402
 from plga.kernels import finite, functional, gemm  # noqa: E402
 
 CHECKS = ["forward_logits", "operator_chain", "attention_causal"]
+#: Whether torch runs oneDNN products on this machine (as tests/kernels/test_gemm.py asks it).
+ONEDNN = gemm.serves(torch.ones(gemm.MIN_MACS, 1), torch.ones(1, 1), None)
 
 
 def _blocked_attention_here() -> bool:
@@ -49,7 +51,7 @@ def test_at_scale_reaches_the_paths_of_large_models(monkeypatch):
                           checks=CHECKS)
     assert report.passed, report.summary()
     want = {"split row extremes"}
-    if gemm.serves(torch.ones(4096, 64), torch.ones(4096, 64), None):  # torch with oneDNN on x86-64
+    if ONEDNN:
         want |= {"oneDNN product", "gate inside its GEMMs"}
     if _blocked_attention_here():
         want.add("blocked bfloat16 attention")
@@ -85,7 +87,7 @@ def _blocked_without_causality(original):
     (functional, "blocked_attention", _blocked_without_causality, "bfloat16", "blocked"),
 ], ids=["gate-silu-on-the-wrong-factor", "onednn-bias-dropped", "blocked-attention-not-causal"])
 def test_at_scale_catches_a_broken_large_path(monkeypatch, module, name, break_it, dtype, needs):
-    if needs == "onednn" and not gemm.serves(torch.ones(4096, 64), torch.ones(4096, 64), None):
+    if needs == "onednn" and not ONEDNN:
         pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
     if needs == "blocked" and not _blocked_attention_here():
         pytest.skip("this CPU runs bfloat16 attention on the flash kernel at every size")
@@ -96,19 +98,15 @@ def test_at_scale_catches_a_broken_large_path(monkeypatch, module, name, break_i
 
 
 def _verify_decoder_only(monkeypatch, argv):
-    """plga verify's verdict and lines, its theorem part stubbed and each conformance part run on
-    the decoder group only (the parts under test here)."""
+    """plga verify's verdict and lines, each conformance part run on the decoder group only (the
+    parts under test here; the callers stub the theorem part: ``theorem_part_passes``)."""
     import argparse
     import contextlib
     import io
 
-    import plga.proofs_bridge as pb
     from plga.conformance import runner
     from plga.conformance.verify import add_verify_arguments, verify_main
 
-    monkeypatch.setattr(pb, "run_all", lambda max_examples: [])
-    monkeypatch.setattr(pb, "summary", lambda results: {"passed": 1, "theorems": 1, "derived": 1, "proved_symbolically": 0,
-                                                       "algebraic_identities": 0})
     real = runner.quick_summary
     monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, **kw: real(adapter, groups=["decoder"], **kw))
     parser = argparse.ArgumentParser()
@@ -119,21 +117,21 @@ def _verify_decoder_only(monkeypatch, argv):
     return code, out.getvalue().splitlines()
 
 
-def test_verify_certifies_the_project_kernels_at_scale_too(monkeypatch):
+def test_verify_certifies_the_project_kernels_at_scale_too(monkeypatch, theorem_part_passes):
     code, lines = _verify_decoder_only(monkeypatch, [])
     assert code == 0 and lines[0].startswith("plga verify: PASS")
     row = next(line for line in lines if line.startswith("conformance at scale: decoder"))
     assert " PASS " in row and "(backend=sdpa), at scale (every size threshold at its lowest)" in row
 
 
-def test_verify_has_no_at_scale_part_for_another_implementation(monkeypatch):
+def test_verify_has_no_at_scale_part_for_another_implementation(monkeypatch, theorem_part_passes):
     code, lines = _verify_decoder_only(monkeypatch, ["--impl", "kernels-at-scale"])
     assert code == 0 and not any(line.startswith("conformance at scale") for line in lines)
 
 
-def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch):
+def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch, theorem_part_passes):
     """Negative control: the fused feed-forward gate with silu on the wrong factor fails plga verify."""
-    if not gemm.serves(torch.ones(4096, 64), torch.ones(4096, 64), None):
+    if not ONEDNN:
         pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
     monkeypatch.setattr(gemm, "gated", _gate_on_swapped_factors(gemm.gated))
     code, lines = _verify_decoder_only(monkeypatch, [])
@@ -141,7 +139,7 @@ def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch):
     assert " FAIL " in next(line for line in lines if line.startswith("conformance at scale: decoder"))
 
 
-def test_verify_runs_the_at_scale_part_on_the_backend_it_verifies(monkeypatch):
+def test_verify_runs_the_at_scale_part_on_the_backend_it_verifies(monkeypatch, theorem_part_passes):
     code, lines = _verify_decoder_only(monkeypatch, ["--impl", "kernels-eager"])
     row = next(line for line in lines if line.startswith("conformance at scale: decoder"))
     assert code == 0 and " PASS " in row and "(backend=eager), at scale" in row
