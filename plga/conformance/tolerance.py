@@ -103,6 +103,10 @@ K_OVERRIDES: dict[str, tuple[float, str]] = {
                            "float64 autograd (no mpmath gradient); thorough runs reach 3.2"),
 }
 
+#: The rows of a decoder's logits [B, S, V] (``compare``'s ``rows``): each sequence and position
+#: is judged against its own bound.
+DECODER_ROWS = ("sequence", "position")
+
 #: torch.testing's default (rtol, atol) per dtype: the fixed table, for describing classes only.
 DTYPE_PRECISIONS: dict[str, tuple[float, float]] = {
     "float16": (1e-3, 1e-5),
@@ -260,7 +264,7 @@ def compare(
     ``magnitude``: the magnitude M of the terms entering the computation (see the module
     docstring); the floor covers :data:`MAGNITUDE_ULPS` ulp of it. ``rows``: names of the
     leading axes that index separately conditioned rows of the output — a decoder's sequences
-    and positions, ``("sequence", "position")`` — each judged against its own bound (its own
+    and positions, :data:`DECODER_ROWS` — each judged against its own bound (its own
     baseline error and floor). One ill-conditioned row must not loosen the bound of the others:
     a left-padded sequence at float32, where the published −1e9 mask rounds its padded
     queries' scores away, or the positions of a long bfloat16 sequence where a correct decoder
@@ -387,7 +391,7 @@ def assert_float64_close(actual: Any, expected: Any, *, rtol: float = FLOAT64_RT
 
 
 __all__ = [
-    "DEFAULT_K", "DTYPE_PRECISIONS", "FLOAT64_RTOL", "K_OVERRIDES", "MAGNITUDE_ULPS", "UNIT_ROUNDOFF", "Comparison",
+    "DECODER_ROWS", "DEFAULT_K", "DTYPE_PRECISIONS", "FLOAT64_RTOL", "K_OVERRIDES", "MAGNITUDE_ULPS", "UNIT_ROUNDOFF", "Comparison",
     "ConformanceFailure", "assert_bitwise_equal", "assert_conforms", "assert_float64_close", "compare", "dtype_name",
     "k_for", "rounding_floor", "ulp",
 ]

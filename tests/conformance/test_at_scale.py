@@ -18,14 +18,15 @@ torch = pytest.importorskip("torch")
 from plga.conformance import check_kernel, resolve_impl  # noqa: E402
 from plga.kernels import finite, functional, gemm  # noqa: E402
 
+from ..large_paths import (  # noqa: E402
+    BREAKS,
+    ONEDNN,
+    blocked_attention_here,
+    gate_on_swapped_factors,
+    skip_unless_here,
+)
+
 CHECKS = ["forward_logits", "operator_chain", "attention_causal"]
-#: Whether torch runs oneDNN products on this machine (as tests/kernels/test_gemm.py asks it).
-ONEDNN = gemm.serves(torch.ones(gemm.MIN_MACS, 1), torch.ones(1, 1), None)
-
-
-def _blocked_attention_here() -> bool:
-    """Whether this CPU runs bfloat16 attention by blocks of queries at all (no AMX, bf16 arithmetic)."""
-    return not functional.cpu_has_amx() and gemm.cpu_has_low_precision_gemm(torch.bfloat16)
 
 
 def _spy(monkeypatch, counts, module, name, key, taken=lambda *a, **k: True):
@@ -53,44 +54,14 @@ def test_at_scale_reaches_the_paths_of_large_models(monkeypatch):
     want = {"split row extremes"}
     if ONEDNN:
         want |= {"oneDNN product", "gate inside its GEMMs"}
-    if _blocked_attention_here():
+    if blocked_attention_here():
         want.add("blocked bfloat16 attention")
     assert want <= {k for k, n in counts.items() if n > 0}, dict(counts)
 
 
-def _gate_on_swapped_factors(original):
-    def gated(x, w1, b1, w2, b2):  # silu on the second factor, only where the fused path runs
-        if gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2):
-            return original(x, w2, b2, w1, b1)
-        return original(x, w1, b1, w2, b2)
-
-    return gated
-
-
-def _bias_dropped_on_onednn(original):
-    def linear(x, w, b=None):
-        return original(x, w, None) if gemm.serves(x, w, b) else original(x, w, b)
-
-    return linear
-
-
-def _blocked_without_causality(original):
-    def blocked_attention(qg, k, v, *, causal, scale):
-        return original(qg, k, v, causal=False, scale=scale)
-
-    return blocked_attention
-
-
-@pytest.mark.parametrize(("module", "name", "break_it", "dtype", "needs"), [
-    (gemm, "gated", _gate_on_swapped_factors, "float32", "onednn"),
-    (gemm, "linear", _bias_dropped_on_onednn, "float32", "onednn"),
-    (functional, "blocked_attention", _blocked_without_causality, "bfloat16", "blocked"),
-], ids=["gate-silu-on-the-wrong-factor", "onednn-bias-dropped", "blocked-attention-not-causal"])
+@BREAKS
 def test_at_scale_catches_a_broken_large_path(monkeypatch, module, name, break_it, dtype, needs):
-    if needs == "onednn" and not ONEDNN:
-        pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
-    if needs == "blocked" and not _blocked_attention_here():
-        pytest.skip("this CPU runs bfloat16 attention on the flash kernel at every size")
+    skip_unless_here(needs)
     monkeypatch.setattr(module, name, break_it(getattr(module, name)))
     report = check_kernel(resolve_impl("kernels-at-scale"), dtypes=(dtype,), profile="quick", shrink=False, checks=CHECKS)
     assert not report.passed, f"kernels-at-scale passed with {name} broken"
@@ -133,7 +104,7 @@ def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch, 
     """Negative control: the fused feed-forward gate with silu on the wrong factor fails plga verify."""
     if not ONEDNN:
         pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
-    monkeypatch.setattr(gemm, "gated", _gate_on_swapped_factors(gemm.gated))
+    monkeypatch.setattr(gemm, "gated", gate_on_swapped_factors(gemm.gated))
     code, lines = _verify_decoder_only(monkeypatch, [])
     assert code == 1 and lines[0].startswith("plga verify: FAIL")
     assert " FAIL " in next(line for line in lines if line.startswith("conformance at scale: decoder"))

@@ -62,6 +62,19 @@ def model_pair(config: PLDRConfig, seed: int, dtype=torch.float64):
     return params, PLDRModel.from_reference(params, config, dtype=dtype)
 
 
+def teacher_forced(model: PLDRModel, prompt: torch.Tensor, forced: torch.Tensor, mode: str) -> torch.Tensor:
+    """Last-position logits of the prompt pass over ``prompt`` [B, S] and of a ``mode`` step per
+    token of ``forced`` [B, N] but the last (each step fed the forced token, not the model's
+    choice) → [B, N, V]."""
+    n = forced.shape[1]
+    with torch.inference_mode():
+        cache = model.new_cache(prompt.shape[0], prompt.shape[1] + n)
+        out = [model(prompt, logits="last", cache=cache).logits]
+        for i in range(n - 1):
+            out.append(model.step(forced[:, i : i + 1], cache, mode))
+    return torch.stack(out, 1)
+
+
 def attention_support_np(s, t, causal, pad):
     """Reference support [B, 1, S, T] with queries as the last S positions."""
     allowed = np.ones((1, 1, s, t), dtype=bool)

@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from plga.conformance import oracle
+from plga.conformance.tolerance import DECODER_ROWS
 from plga.kernels import (
     PLDRModel,
     dag_loss,
@@ -202,7 +203,7 @@ def test_low_precision_model_within_policy(cuda_device):
     model = PLDRModel.from_reference(params, config, dtype=torch.bfloat16, device=cuda_device)
     with torch.no_grad():
         out = model(torch.as_tensor(tokens, device=cuda_device), deductive=True)
-    assert_within_policy(out.logits, want.logits, base["logits"], k=K_CHAIN, name="logits")
+    assert_within_policy(out.logits, want.logits, base["logits"], k=K_CHAIN, name="logits", rows=DECODER_ROWS)
     for i, ded in enumerate(out.deductive):
         assert ded["G_LM"].dtype == torch.float32  # the chain never runs in bf16
         assert_within_policy(ded["G_LM"], want.deductive[i]["G_LM"], base["G_LM"][i], k=K_CHAIN, name=f"G_LM{i}")

@@ -5,18 +5,17 @@ conformance tolerance policy (baselines: the suite's eager decoder in bfloat16).
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 
-from plga.conformance import eager as eg
+from plga.conformance.tolerance import DECODER_ROWS
 from plga.kernels import PLDRModel
 from plga.kernels.packed import pack_rows, packed_linear, rows_gemv
 from plga.reference.config import PLDRConfig
 
-from .kernel_helpers import model_pair
-from .policy import K_CHAIN, assert_rel_close, assert_within_policy, within_policy
+from .kernel_helpers import model_pair, teacher_forced
+from .policy import K_CHAIN, assert_rel_close, assert_within_policy, baseline_steps, within_policy
 
 
 @pytest.mark.parametrize("m", [1, 5, 20])
@@ -73,32 +72,6 @@ def test_bfloat16_copies_use_the_row_layout():
     assert qkv[0].shape[1] == model.config.d_model and qkv[2] == 3 * model.config.d_model
 
 
-def _teacher_forced(model: PLDRModel, prompt: torch.Tensor, forced: torch.Tensor, mode: str) -> torch.Tensor:
-    """Last-position logits of the prompt pass and of a step per forced token → [1, N, V]."""
-    n = forced.shape[1]
-    with torch.inference_mode():
-        cache = model.new_cache(1, prompt.shape[1] + n)
-        out = [model(prompt, logits="last", cache=cache).logits]
-        for i in range(n - 1):
-            out.append(model.step(forced[:, i : i + 1], cache, mode))
-    return torch.stack(out, 1)
-
-
-def _baseline_steps(params, config, prompt, forced, mode) -> list[torch.Tensor]:
-    state = {k: torch.as_tensor(np.asarray(v)) for k, v in params.items()}
-    decoders = [eg.EagerDecoder(state, config, dtype=torch.bfloat16, order=o) for o in eg.ORDERS]
-    decoders.append(eg.EagerDecoder(state, config, dtype=torch.bfloat16, wide_chain=True))
-    out = []
-    for d in decoders:
-        logits, _, caches = d.forward(prompt)
-        steps = [logits[:, -1]]
-        for i in range(forced.shape[1] - 1):
-            logits, caches = d.step(forced[:, i : i + 1], caches, mode)
-            steps.append(logits[:, -1])
-        out.append(torch.stack(steps, 1))
-    return out
-
-
 @pytest.mark.parametrize("compiled", [False, True], ids=["plain", "compiled"])
 @pytest.mark.parametrize("mode", ["kv", "kvg"])
 def test_bfloat16_decoding_steps_within_policy(golden, golden_checkpoint, mode, compiled):
@@ -110,12 +83,12 @@ def test_bfloat16_decoding_steps_within_policy(golden, golden_checkpoint, mode, 
     truth = golden[f"gen.{mode}.step_logits"][None]  # [1, 10, V] float64
     model = PLDRModel.from_reference(params, config, dtype=torch.bfloat16).eval()
     model.compile_decode = compiled
-    got = _teacher_forced(model, prompt, forced, mode)
+    got = teacher_forced(model, prompt, forced, mode)
     assert got.dtype == torch.bfloat16
-    base = _baseline_steps(params, config, prompt, forced, mode)
-    assert_within_policy(got, truth, base, k=K_CHAIN, name=f"bf16 {mode} step logits")
-    wrong = _teacher_forced(model, prompt, forced.roll(1, dims=1), mode)  # negative control: other tokens fed
-    assert not within_policy(wrong, truth, base, k=K_CHAIN)
+    base = baseline_steps(params, config, prompt, forced, mode)
+    assert_within_policy(got, truth, base, k=K_CHAIN, name=f"bf16 {mode} step logits", rows=DECODER_ROWS)
+    wrong = teacher_forced(model, prompt, forced.roll(1, dims=1), mode)  # negative control: other tokens fed
+    assert not within_policy(wrong, truth, base, k=K_CHAIN, rows=DECODER_ROWS)
 
 
 def _divergence(low, ref, start: int) -> tuple[int | None, float, float]:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import pytest
 import torch
 
+from plga.conformance.tolerance import DECODER_ROWS
 from plga.kernels import PLDRModel, native
 from plga.kernels.packed import pack_rows, packed_linear
 from plga.reference.config import PLDRConfig
 
-from .kernel_helpers import model_pair
-from .policy import K_CHAIN, assert_rel_close, assert_within_policy, within_policy
+from .kernel_helpers import model_pair, teacher_forced
+from .policy import K_CHAIN, assert_rel_close, assert_within_policy, baseline_steps, within_policy
 
 DTYPES = [torch.float32, torch.bfloat16]
 #: Unit roundoff of the output rounding, per dtype.
@@ -227,36 +228,23 @@ def test_float32_batch_decoding_through_the_kernel_equals_the_portable_path(monk
         assert_rel_close(out.step_logits.double(), portable.step_logits.double(), rtol=1e-5, name=f"float32 batch, {name}")
 
 
-def _teacher_forced(model: PLDRModel, prompt: torch.Tensor, forced: torch.Tensor) -> torch.Tensor:
-    """Last-position logits of the prompt pass and of a kvg step per forced token → [B, N, V]."""
-    b, n = forced.shape
-    with torch.inference_mode():
-        cache = model.new_cache(b, prompt.shape[1] + n)
-        out = [model(prompt, logits="last", cache=cache).logits]
-        for i in range(n - 1):
-            out.append(model.step(forced[:, i : i + 1], cache, "kvg"))
-    return torch.stack(out, 1)
-
-
 @needs[torch.bfloat16]
 def test_bfloat16_batch_steps_through_the_kernel_within_policy():
     """bf16 steps of a batch of two (the kernel's few-row products) fed the same tokens as the
     float64 model, within the conformance policy of its logits (baselines: the suite's eager
     bf16 decoders). The golden prompt's bf16 steps (batch 1) are held to it in test_low_precision."""
-    from .test_low_precision import _baseline_steps
-
     params, model = model_pair(PLDRConfig.from_name("tiny"), 32, dtype=torch.bfloat16)
     exact = PLDRModel.from_reference(params, model.config, dtype=torch.float64)
     prompt, forced = torch.tensor([[5, 9, 1, 30, 2, 7], [3, 3, 4, 5, 6, 1]]), torch.tensor([[4, 8, 15, 16], [23, 2, 11, 9]])
     from torch.profiler import profile
 
     with profile() as prof:
-        got = _teacher_forced(model, prompt, forced)
+        got = teacher_forced(model, prompt, forced, "kvg")
     assert any(e.key == "plga::rows_linear" for e in prof.key_averages())
-    truth = _teacher_forced(exact, prompt, forced)
-    base = _baseline_steps(params, model.config, prompt, forced, "kvg")
-    assert_within_policy(got, truth, base, k=K_CHAIN, name="bf16 batch step logits")
-    assert not within_policy(_teacher_forced(model, prompt, forced.flip(0)), truth, base, k=K_CHAIN)  # negative control
+    truth = teacher_forced(exact, prompt, forced, "kvg")
+    base = baseline_steps(params, model.config, prompt, forced, "kvg")
+    assert_within_policy(got, truth, base, k=K_CHAIN, name="bf16 batch step logits", rows=DECODER_ROWS)
+    assert not within_policy(teacher_forced(model, prompt, forced.flip(0), "kvg"), truth, base, k=K_CHAIN, rows=DECODER_ROWS)  # negative control
 
 
 @needs[torch.bfloat16]

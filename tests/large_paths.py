@@ -1,0 +1,62 @@
+"""The kernels' large-model paths, broken on purpose: the negative controls of the tests that
+run small inputs down those paths (:func:`plga.kernels.thresholds.smallest`), in
+tests/conformance/test_at_scale.py (the ``kernels-at-scale`` implementation) and
+tests/kernels/test_golden_at_scale.py (the golden vectors). Each break acts only where the
+large path runs, so at the shipped thresholds the suite's small models never meet it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+from plga.kernels import functional, gemm
+
+#: Whether torch runs oneDNN products on this machine (as tests/kernels/test_gemm.py asks it).
+ONEDNN = gemm.serves(torch.ones(gemm.MIN_MACS, 1), torch.ones(1, 1), None)
+
+
+def blocked_attention_here() -> bool:
+    """Whether this CPU runs bfloat16 attention by blocks of queries at all (no AMX, bf16 arithmetic)."""
+    return not functional.cpu_has_amx() and gemm.cpu_has_low_precision_gemm(torch.bfloat16)
+
+
+def skip_unless_here(needs: str) -> None:
+    """Skip where the path ``needs`` ("onednn" or "blocked") does not exist on this machine."""
+    if needs == "onednn" and not ONEDNN:
+        pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
+    if needs == "blocked" and not blocked_attention_here():
+        pytest.skip("this CPU runs bfloat16 attention on the flash kernel at every size")
+
+
+def gate_on_swapped_factors(original: Callable[..., Any]) -> Callable[..., Any]:
+    def gated(x, w1, b1, w2, b2):  # silu on the second factor, only where the fused path runs
+        if gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2):
+            return original(x, w2, b2, w1, b1)
+        return original(x, w1, b1, w2, b2)
+
+    return gated
+
+
+def bias_dropped_on_onednn(original: Callable[..., Any]) -> Callable[..., Any]:
+    def linear(x, w, b=None):
+        return original(x, w, None) if gemm.serves(x, w, b) else original(x, w, b)
+
+    return linear
+
+
+def blocked_without_causality(original: Callable[..., Any]) -> Callable[..., Any]:
+    def blocked_attention(qg, k, v, *, causal, scale):
+        return original(qg, k, v, causal=False, scale=scale)
+
+    return blocked_attention
+
+
+#: (module, function, its break, the dtype it shows in, the path it needs), with test ids.
+BREAKS = pytest.mark.parametrize(("module", "name", "break_it", "dtype", "needs"), [
+    (gemm, "gated", gate_on_swapped_factors, "float32", "onednn"),
+    (gemm, "linear", bias_dropped_on_onednn, "float32", "onednn"),
+    (functional, "blocked_attention", blocked_without_causality, "bfloat16", "blocked"),
+], ids=["gate-silu-on-the-wrong-factor", "onednn-bias-dropped", "blocked-attention-not-causal"])
