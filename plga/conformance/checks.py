@@ -1272,5 +1272,34 @@ def check_cache_nocache(ctx: Context) -> None:
     _generation_check(ctx, body)
 
 
+@register("decoder_thread_counts", "decoder", requires=("forward",))
+def check_decoder_thread_counts(ctx: Context) -> None:
+    """The decoder at 2 (and, with 4 cores, 4) intra-op threads conforms as at one: its logits,
+    and kv decoding where declared. Every other decoder check runs at one thread, and a CPU
+    decoder splits its products per thread (column blocks of packed weights, row spans of a
+    decoding GEMV), so a split that is wrong only at several threads is judged here."""
+    import torch
+
+    counts = thread_counts()
+    with_kv = ctx.adapter.provides("cache_kv")
+
+    def body(c: DecoderCase, state: dict[str, Any]) -> None:
+        config, prompt, n, note = c.config, c.tokens, c.new_tokens, c.note()
+        truth = oracle.truth_generate(state, config, prompt, n, "kv") if with_kv else None
+        baselines = _baseline_gen(state, config, prompt, n, "kv") if with_kv else []
+        before = torch.get_num_threads()
+        try:
+            for threads in counts:
+                torch.set_num_threads(threads)
+                _forward_compare(ctx, state, config, prompt, what=f"decoder logits at {threads} intra-op threads", note=note + "\n")
+                if truth is not None:
+                    got = _gen(ctx, state, config, prompt, n, "kv")
+                    _generation_compare(ctx, got, truth, baselines, what=f"kv decoding at {threads} intra-op threads", note=note)
+        finally:
+            torch.set_num_threads(before)
+
+    _generation_check(ctx, body)
+
+
 __all__ = ["CHECKS", "GROUPS", "Check", "Context", "DecoderCase", "check_ids", "register", "run_check", "run_property",
            "tiny_config"]

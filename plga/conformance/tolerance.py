@@ -94,6 +94,7 @@ K_OVERRIDES: dict[str, tuple[float, str]] = {
     "gcache_invalidated": (8.0, _CHAIN_REASON),
     "state_between_calls": (8.0, _CHAIN_REASON),
     "cache_nocache": (8.0, _CHAIN_REASON),
+    "decoder_thread_counts": (8.0, _CHAIN_REASON),
     "forward_collapsed": (8.0, "no power stage, but up to three stacked layers of LayerNorm, softmax and SwiGLU after an "
                           "ill-conditioned constant G (singular values down to 1e-10): kernel and baseline errors are "
                           "two samples of one heavy-tailed distribution, as for the chain; plga.kernels measured 5.9 "

@@ -105,7 +105,7 @@ def test_captured_decoding_passes_the_generation_checks():
     """The opt-in captured steps (``compile_decode``) under the suite's generation checks; the
     rest of the suite does not touch them (tests/kernels/test_capture.py covers bfloat16 and
     float64 against the reference)."""
-    checks = ["cache_modes", "collapsed_equals_kvg", "gcache_invalidated"]
+    checks = ["cache_modes", "collapsed_equals_kvg", "gcache_invalidated", "decoder_thread_counts"]
     report = check_kernel(resolve_impl("kernels-captured"), dtypes=("float32",), profile="quick", shrink=False, checks=checks)
     assert report.passed, report.summary() + "\n\n" + "\n\n".join(r.message for r in report.failures)
     assert report.counts()["passed"] > 0

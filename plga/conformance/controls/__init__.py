@@ -38,6 +38,7 @@ from .decoders import (
     SecondBestNearTie,
     StepPositionsOffByOne,
     StepPositionTableOfEight,
+    VocabBlocksReversedPerThread,
 )
 from .masks import FiniteMaskAsIdeal
 from .tiled import TiledAttention, Tiling
@@ -112,6 +113,9 @@ _LIST = [
     Control("thread_splits_plain_average", "one key split per intra-op thread, the splits averaged instead of weighted "
             "by their LSE (exact at one thread)", _tiled("thread_splits_plain_average", "thread_splits_plain_average"),
             caught_by=("thread_counts",)),
+    Control("vocab_blocks_reversed_per_thread", "the vocabulary product in one column block per intra-op thread, the "
+            "blocks put back in reverse order (exact at one thread)",
+            _decoder("vocab_blocks_reversed_per_thread", VocabBlocksReversedPerThread), caught_by=("decoder_thread_counts",)),
     Control("d128_g_transposed", "a specialised head-dim-128 path reads G transposed (Q Gᵀ Kᵀ at d = 128 only)",
             _tiled("d128_g_transposed", "d128_g_transposed"), caught_by=_ATT),
     # edge-value bugs

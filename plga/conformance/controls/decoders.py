@@ -94,6 +94,19 @@ class StepPositionTableOfEight(eg.EagerDecoder):
         return super().step_positions(min(offset, self.first_step + 7), n)
 
 
+class VocabBlocksReversedPerThread(eg.EagerDecoder):
+    """The vocabulary product in one column block per intra-op thread, the blocks' outputs put
+    back in reverse order (a per-thread split joined wrongly): exact at one thread."""
+
+    def linear(self, x: Tensor, name: str) -> Tensor:
+        if name != "final_layer":
+            return super().linear(x, name)
+        n = torch.get_num_threads()
+        w, b = self.p["final_layer.weight"], self.p["final_layer.bias"]  # [V, D], [V]
+        blocks = [x @ wb.transpose(0, 1) + bb for wb, bb in zip(w.chunk(n), b.chunk(n), strict=True)]
+        return torch.cat(blocks[::-1], dim=-1)  # [B, S, V], columns permuted when n > 1
+
+
 class KvRecomputesFromNewRows(eg.EagerDecoder):
     """kv mode recomputes A from the new token's rows only (instead of the frozen prompt A)."""
 
