@@ -6,6 +6,7 @@ large path runs, so at the shipped thresholds the suite's small models never mee
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,31 @@ def skip_unless_here(needs: str) -> None:
         pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
     if needs == "blocked" and not blocked_attention_here():
         pytest.skip("this CPU runs bfloat16 attention on the flash kernel at every size")
+
+
+ONEDNN_PRODUCT, GATE, BLOCKED = "oneDNN product", "feed-forward gate in its GEMMs", "blocked bfloat16 attention"
+
+
+def spy(monkeypatch: Any, counts: collections.Counter[str], module: Any, name: str, key: str,
+        taken: Callable[..., bool] = lambda *a, **k: True) -> None:
+    """Count in ``counts[key]`` the calls of ``module.name`` for which ``taken(*args)`` holds."""
+    original = getattr(module, name)
+
+    def spied(*args, **kwargs):
+        counts[key] += bool(taken(*args, **kwargs))
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(module, name, spied)
+
+
+def spy_on_large_paths(monkeypatch: Any) -> collections.Counter[str]:
+    """How often each large path runs from now on: oneDNN products (:data:`ONEDNN_PRODUCT`), the
+    feed-forward gate inside its GEMMs (:data:`GATE`), blocked bfloat16 attention (:data:`BLOCKED`)."""
+    counts: collections.Counter[str] = collections.Counter()
+    spy(monkeypatch, counts, gemm, "linear", ONEDNN_PRODUCT, lambda x, w, b=None: gemm.serves(x, w, b))
+    spy(monkeypatch, counts, gemm, "gated", GATE, lambda x, w1, b1, w2, b2: gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2))
+    spy(monkeypatch, counts, functional, "blocked_attention", BLOCKED)
+    return counts
 
 
 def gate_on_swapped_factors(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -16,11 +16,12 @@ modes and their fidelity).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import os
 import zlib
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -161,26 +162,24 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
         raise skip_check(f"{adapter.name} runs on {ctx.device} but no CUDA device is available")
     # The suite's tensors are small: one intra-op thread is fastest and immune to the OpenMP
     # spin-wait stalls of an oversubscribed machine. $PLGA_NUM_THREADS overrides; restored after.
-    old = torch.get_num_threads()
-    torch.set_num_threads(int(os.environ.get("PLGA_NUM_THREADS", "1")))
-    limit = profiles.CHECK_TIMEOUT[prof] * time_scale_of(adapter) if timeout is None else timeout
-    try:
-        with time_limit(limit, f"check {ctx.check_id}", on_stuck):
-            check.fn(ctx)
-    except SkipCheck as exc:
-        if not is_suite_skip(exc):  # from the implementation's code outside an operation's guard
-            raise KernelCrash(f"the implementation raised SkipCheck({str(exc)!r}) outside an operation (its autograd backward, "
-                              "a thread): only the suite decides that a check does not apply") from None
-        raise
-    except AssertionError:  # a failure of the implementation (KernelCrash included)
-        raise
-    except Exception as exc:  # the guard makes every escape from the implementation a KernelCrash: this is ours
-        if hasattr(exc, "add_note"):  # Python ≥ 3.11
-            exc.add_note(f"plga conformance: the suite's own code raised in {ctx.check_id} — a bug in plga, not a "
-                         "failure of the implementation (please report it)")
-        raise
-    finally:
-        torch.set_num_threads(old)
+    with threads_restored():
+        torch.set_num_threads(int(os.environ.get("PLGA_NUM_THREADS", "1")))
+        limit = profiles.CHECK_TIMEOUT[prof] * time_scale_of(adapter) if timeout is None else timeout
+        try:
+            with time_limit(limit, f"check {ctx.check_id}", on_stuck):
+                check.fn(ctx)
+        except SkipCheck as exc:
+            if not is_suite_skip(exc):  # from the implementation's code outside an operation's guard
+                raise KernelCrash(f"the implementation raised SkipCheck({str(exc)!r}) outside an operation (its autograd backward, "
+                                  "a thread): only the suite decides that a check does not apply") from None
+            raise
+        except AssertionError:  # a failure of the implementation (KernelCrash included)
+            raise
+        except Exception as exc:  # the guard makes every escape from the implementation a KernelCrash: this is ours
+            if hasattr(exc, "add_note"):  # Python ≥ 3.11
+                exc.add_note(f"plga conformance: the suite's own code raised in {ctx.check_id} — a bug in plga, not a "
+                             "failure of the implementation (please report it)")
+            raise
     return ctx
 
 
@@ -788,6 +787,20 @@ def thread_counts() -> tuple[int, ...]:
     return (2, 4) if cores >= 4 else (2,)
 
 
+@contextlib.contextmanager
+def threads_restored() -> Iterator[None]:
+    """torch's intra-op thread setting on entry, restored on exit (also after an error): every
+    check runs at the suite's setting (:func:`run_check`), the thread-count checks at each count
+    of :func:`thread_counts`."""
+    import torch
+
+    before = torch.get_num_threads()
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
 @register("thread_counts", "structure", requires=("attention",))
 def check_thread_counts(ctx: Context) -> None:
     """Attention at 2 (and, with 4 cores, 4) intra-op threads conforms as at one: a kernel that
@@ -798,13 +811,10 @@ def check_thread_counts(ctx: Context) -> None:
     counts = thread_counts()
 
     def body(c: sh.AttentionCase) -> None:
-        before = torch.get_num_threads()
-        try:
+        with threads_restored():
             for n in counts:
                 torch.set_num_threads(n)
                 _attention_case_check(ctx, c, what=f"attention at {n} intra-op threads")
-        finally:
-            torch.set_num_threads(before)
 
     paddings = ("none", "right", "left", "random")
     run_property(ctx, sh.attention_cases(causal=None, padding=paddings), body, factor=0.5,
@@ -1287,16 +1297,15 @@ def check_decoder_thread_counts(ctx: Context) -> None:
         config, prompt, n, note = c.config, c.tokens, c.new_tokens, c.note()
         truth = oracle.truth_generate(state, config, prompt, n, "kv") if with_kv else None
         baselines = _baseline_gen(state, config, prompt, n, "kv") if with_kv else []
-        before = torch.get_num_threads()
-        try:
+        with threads_restored():
             for threads in counts:
                 torch.set_num_threads(threads)
-                _forward_compare(ctx, state, config, prompt, what=f"decoder logits at {threads} intra-op threads", note=note + "\n")
+                _forward_compare(ctx, state, config, prompt, what=f"decoder logits at {threads} intra-op threads",
+                                 note=note + "\n")
                 if truth is not None:
                     got = _gen(ctx, state, config, prompt, n, "kv")
-                    _generation_compare(ctx, got, truth, baselines, what=f"kv decoding at {threads} intra-op threads", note=note)
-        finally:
-            torch.set_num_threads(before)
+                    _generation_compare(ctx, got, truth, baselines, what=f"kv decoding at {threads} intra-op threads",
+                                        note=note)
 
     _generation_check(ctx, body)
 

@@ -9,53 +9,42 @@ functions that take it), and each broken path below is caught by it (negative co
 whole quick profile passes on it in every dtype (tests/conformance/test_meta.py).
 """
 
-import collections
 
 import pytest
 
 torch = pytest.importorskip("torch")
 
 from plga.conformance import check_kernel, resolve_impl  # noqa: E402
-from plga.kernels import finite, functional, gemm  # noqa: E402
+from plga.kernels import finite, gemm  # noqa: E402
 
 from ..large_paths import (  # noqa: E402
+    BLOCKED,
     BREAKS,
+    GATE,
     ONEDNN,
+    ONEDNN_PRODUCT,
     blocked_attention_here,
     gate_on_swapped_factors,
     skip_unless_here,
+    spy,
+    spy_on_large_paths,
 )
 
 CHECKS = ["forward_logits", "operator_chain", "attention_causal"]
 
 
-def _spy(monkeypatch, counts, module, name, key, taken=lambda *a, **k: True):
-    original = getattr(module, name)
-
-    def spy(*args, **kwargs):
-        if taken(*args, **kwargs):
-            counts[key] += 1
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(module, name, spy)
-
-
 def test_at_scale_reaches_the_paths_of_large_models(monkeypatch):
-    counts: collections.Counter[str] = collections.Counter()
-    _spy(monkeypatch, counts, gemm, "linear", "oneDNN product", lambda x, w, b=None: gemm.serves(x, w, b))
-    _spy(monkeypatch, counts, gemm, "gated", "gate inside its GEMMs",
-         lambda x, w1, b1, w2, b2: gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2))
-    _spy(monkeypatch, counts, functional, "blocked_attention", "blocked bfloat16 attention")
-    _spy(monkeypatch, counts, finite, "row_extremes", "split row extremes",
+    counts = spy_on_large_paths(monkeypatch)
+    spy(monkeypatch, counts, finite, "row_extremes", "split row extremes",
          lambda t: t.numel() > 0 and t.reshape(t.shape[0], t.shape[1], -1).shape[-1] >= finite.SPLIT_MIN_ROW)
     report = check_kernel(resolve_impl("kernels-at-scale"), dtypes=("float32", "bfloat16"), profile="quick", shrink=False,
                           checks=CHECKS)
     assert report.passed, report.summary()
     want = {"split row extremes"}
     if ONEDNN:
-        want |= {"oneDNN product", "gate inside its GEMMs"}
+        want |= {ONEDNN_PRODUCT, GATE}
     if blocked_attention_here():
-        want.add("blocked bfloat16 attention")
+        want.add(BLOCKED)
     assert want <= {k for k, n in counts.items() if n > 0}, dict(counts)
 
 
@@ -102,8 +91,7 @@ def test_verify_has_no_at_scale_part_for_another_implementation(monkeypatch, the
 
 def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch, theorem_part_passes):
     """Negative control: the fused feed-forward gate with silu on the wrong factor fails plga verify."""
-    if not ONEDNN:
-        pytest.skip("torch has no oneDNN products on this machine: the path does not exist here")
+    skip_unless_here("onednn")
     monkeypatch.setattr(gemm, "gated", gate_on_swapped_factors(gemm.gated))
     code, lines = _verify_decoder_only(monkeypatch, [])
     assert code == 1 and lines[0].startswith("plga verify: FAIL")

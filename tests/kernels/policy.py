@@ -57,15 +57,21 @@ def baseline_attention(
     ]
 
 
-def baseline_ensemble(
-    params: dict[str, np.ndarray], config: Any, tokens: Any, dtype: torch.dtype, *, constant_g: Any = None
-) -> dict[str, Any]:
-    """The suite's eager decoders in ``dtype`` (every order; bf16/fp16 also with a float32
-    chain): {"logits": [one per decoder], "G_LM": [per layer: one per decoder]}."""
+def baseline_decoders(params: dict[str, np.ndarray], config: Any, dtype: torch.dtype) -> list[eg.EagerDecoder]:
+    """The suite's eager decoders in ``dtype``: every operation order, and bf16/fp16 also with a
+    float32 chain."""
     state = {key: torch.as_tensor(np.asarray(val)) for key, val in params.items()}
     decoders = [eg.EagerDecoder(state, config, dtype=dtype, order=o) for o in eg.ORDERS]
     if dtype in (torch.bfloat16, torch.float16):
         decoders.append(eg.EagerDecoder(state, config, dtype=dtype, wide_chain=True))
+    return decoders
+
+
+def baseline_ensemble(
+    params: dict[str, np.ndarray], config: Any, tokens: Any, dtype: torch.dtype, *, constant_g: Any = None
+) -> dict[str, Any]:
+    """The forwards of :func:`baseline_decoders`: {"logits": [one per decoder], "G_LM": [per layer: one per decoder]}."""
+    decoders = baseline_decoders(params, config, dtype)
     gs = None if constant_g is None else [torch.as_tensor(np.asarray(g)) for g in constant_g]
     runs = [d.forward(torch.as_tensor(np.asarray(tokens)), gs) for d in decoders]
     return {
@@ -77,16 +83,11 @@ def baseline_ensemble(
 def baseline_steps(
     params: dict[str, np.ndarray], config: Any, prompt: Tensor, forced: Tensor, mode: str, dtype: torch.dtype = torch.bfloat16,
 ) -> list[Tensor]:
-    """The suite's eager decoders in ``dtype`` (every order; bf16/fp16 also with a float32 chain),
-    fed ``prompt`` [B, S] and then the tokens ``forced`` [B, N] one step at a time in ``mode``:
+    """:func:`baseline_decoders` fed ``prompt`` [B, S] and then the tokens ``forced`` [B, N] one step at a time in ``mode``:
     one [B, N, V] of last-position logits per decoder (the prompt pass's, then a step's per
     forced token but the last), as :func:`.kernel_helpers.teacher_forced` returns them."""
-    state = {key: torch.as_tensor(np.asarray(val)) for key, val in params.items()}
-    decoders = [eg.EagerDecoder(state, config, dtype=dtype, order=o) for o in eg.ORDERS]
-    if dtype in (torch.bfloat16, torch.float16):
-        decoders.append(eg.EagerDecoder(state, config, dtype=dtype, wide_chain=True))
     out = []
-    for d in decoders:
+    for d in baseline_decoders(params, config, dtype):
         logits, _, caches = d.forward(prompt)
         steps = [logits[:, -1]]
         for i in range(forced.shape[1] - 1):

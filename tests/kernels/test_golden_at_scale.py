@@ -17,15 +17,22 @@ a fault in each one fails these checks.
 
 from __future__ import annotations
 
-import collections
-
 import pytest
 import torch
 
 from plga.conformance.tolerance import DECODER_ROWS
-from plga.kernels import PLDRModel, functional, gemm, thresholds
+from plga.kernels import PLDRModel, gemm, thresholds
 
-from ..large_paths import BREAKS, ONEDNN, blocked_attention_here, skip_unless_here
+from ..large_paths import (
+    BLOCKED,
+    BREAKS,
+    GATE,
+    ONEDNN,
+    ONEDNN_PRODUCT,
+    blocked_attention_here,
+    skip_unless_here,
+    spy_on_large_paths,
+)
 from .kernel_helpers import teacher_forced
 from .policy import (
     K_CHAIN,
@@ -43,27 +50,9 @@ DTYPES = pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=[
 #: is padded on the right, row 2 on the left.
 ROWS = pytest.mark.parametrize("rows", [[0], [0, 1, 2]], ids=["row0", "rows012"])
 
-ONEDNN_PRODUCT, GATE, BLOCKED = "oneDNN product", "feed-forward gate in its GEMMs", "blocked bfloat16 attention"
-
-
 @pytest.fixture
-def paths(monkeypatch) -> collections.Counter[str]:
-    """How often each large path ran (spies on the functions that take it)."""
-    counts: collections.Counter[str] = collections.Counter()
-
-    def spy(module, name, key, taken):
-        original = getattr(module, name)
-
-        def spied(*args, **kwargs):
-            counts[key] += bool(taken(*args, **kwargs))
-            return original(*args, **kwargs)
-
-        monkeypatch.setattr(module, name, spied)
-
-    spy(gemm, "linear", ONEDNN_PRODUCT, lambda x, w, b=None: gemm.serves(x, w, b))
-    spy(gemm, "gated", GATE, lambda x, w1, b1, w2, b2: gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2))
-    spy(functional, "blocked_attention", BLOCKED, lambda *a, **k: True)
-    return counts
+def paths(monkeypatch):
+    return spy_on_large_paths(monkeypatch)
 
 
 def _expected_paths(dtype: torch.dtype, padded: bool) -> set[str]:
