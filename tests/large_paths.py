@@ -15,7 +15,7 @@ import torch
 
 from plga.kernels import functional, gemm
 
-#: Whether torch runs oneDNN products on this machine (as tests/kernels/test_gemm.py asks it).
+#: Whether torch runs oneDNN products on this machine (also tests/kernels/test_gemm.py's question).
 ONEDNN = gemm.serves(torch.ones(gemm.MIN_MACS, 1), torch.ones(1, 1), None)
 
 
@@ -55,6 +55,23 @@ def spy_on_large_paths(monkeypatch: Any) -> collections.Counter[str]:
     spy(monkeypatch, counts, gemm, "gated", GATE, lambda x, w1, b1, w2, b2: gemm.serves(x, w1, b1) and gemm.serves(x, w2, b2))
     spy(monkeypatch, counts, functional, "blocked_attention", BLOCKED)
     return counts
+
+
+def expected_paths(dtype: torch.dtype, padded: bool = False) -> set[str]:
+    """The large paths a pass in ``dtype`` takes at the lowest thresholds on this machine: oneDNN
+    products and the gate where oneDNN serves ``dtype``; blocked attention in bfloat16 without
+    key padding (it runs only there) where this CPU has it."""
+    want = set()
+    if ONEDNN and gemm.cpu_has_low_precision_gemm(dtype):
+        want |= {ONEDNN_PRODUCT, GATE}
+    if dtype == torch.bfloat16 and not padded and blocked_attention_here():
+        want.add(BLOCKED)
+    return want
+
+
+def taken(counts: collections.Counter[str]) -> set[str]:
+    """The paths :func:`spy_on_large_paths` (or :func:`spy`) saw run at least once."""
+    return {key for key, n in counts.items() if n > 0}
 
 
 def gate_on_swapped_factors(original: Callable[..., Any]) -> Callable[..., Any]:

@@ -18,16 +18,13 @@ from plga.conformance import check_kernel, resolve_impl  # noqa: E402
 from plga.kernels import finite, gemm  # noqa: E402
 
 from ..large_paths import (  # noqa: E402
-    BLOCKED,
     BREAKS,
-    GATE,
-    ONEDNN,
-    ONEDNN_PRODUCT,
-    blocked_attention_here,
+    expected_paths,
     gate_on_swapped_factors,
     skip_unless_here,
     spy,
     spy_on_large_paths,
+    taken,
 )
 
 CHECKS = ["forward_logits", "operator_chain", "attention_causal"]
@@ -40,12 +37,8 @@ def test_at_scale_reaches_the_paths_of_large_models(monkeypatch):
     report = check_kernel(resolve_impl("kernels-at-scale"), dtypes=("float32", "bfloat16"), profile="quick", shrink=False,
                           checks=CHECKS)
     assert report.passed, report.summary()
-    want = {"split row extremes"}
-    if ONEDNN:
-        want |= {ONEDNN_PRODUCT, GATE}
-    if blocked_attention_here():
-        want.add(BLOCKED)
-    assert want <= {k for k, n in counts.items() if n > 0}, dict(counts)
+    want = {"split row extremes"} | expected_paths(torch.float32) | expected_paths(torch.bfloat16)
+    assert want <= taken(counts), dict(counts)
 
 
 @BREAKS

@@ -21,18 +21,9 @@ import pytest
 import torch
 
 from plga.conformance.tolerance import DECODER_ROWS
-from plga.kernels import PLDRModel, gemm, thresholds
+from plga.kernels import PLDRModel, thresholds
 
-from ..large_paths import (
-    BLOCKED,
-    BREAKS,
-    GATE,
-    ONEDNN,
-    ONEDNN_PRODUCT,
-    blocked_attention_here,
-    skip_unless_here,
-    spy_on_large_paths,
-)
+from ..large_paths import BREAKS, expected_paths, skip_unless_here, spy_on_large_paths, taken
 from .kernel_helpers import teacher_forced
 from .policy import (
     K_CHAIN,
@@ -55,16 +46,6 @@ def paths(monkeypatch):
     return spy_on_large_paths(monkeypatch)
 
 
-def _expected_paths(dtype: torch.dtype, padded: bool) -> set[str]:
-    """The large paths a golden pass in ``dtype`` takes at the lowest thresholds on this machine."""
-    want = set()
-    if ONEDNN and gemm.cpu_has_low_precision_gemm(dtype):
-        want |= {ONEDNN_PRODUCT, GATE}
-    if dtype == torch.bfloat16 and not padded and blocked_attention_here():
-        want.add(BLOCKED)
-    return want
-
-
 def _forward_logits(params, config, tokens, dtype: torch.dtype) -> torch.Tensor:
     model = PLDRModel.from_reference(params, config, dtype=dtype).eval()
     with torch.no_grad(), thresholds.smallest():
@@ -81,7 +62,7 @@ def test_golden_forward_at_scale_within_policy(golden, golden_checkpoint, paths,
     base = baseline_ensemble(params, config, tokens, dtype)
     assert_within_policy(got, golden["logits"][rows], base["logits"], k=K_CHAIN, name=f"{dtype} logits at scale",
                          rows=DECODER_ROWS)
-    assert _expected_paths(dtype, padded=rows != [0]) <= {k for k, n in paths.items() if n}, dict(paths)
+    assert expected_paths(dtype, padded=rows != [0]) <= taken(paths), dict(paths)
 
 
 def _golden_steps(golden, mode):
@@ -110,7 +91,7 @@ def test_golden_decoding_steps_at_scale_within_policy(golden, golden_checkpoint,
     base = baseline_steps(params, config, prompt, forced, mode, dtype)
     assert_within_policy(got, truth, base, k=K_CHAIN, name=f"{dtype} {mode} step logits at scale",
                          rows=DECODER_ROWS)
-    assert _expected_paths(dtype, padded=False) <= {k for k, n in paths.items() if n}, dict(paths)
+    assert expected_paths(dtype) <= taken(paths), dict(paths)
 
 
 @pytest.mark.parametrize("captured", [False, True], ids=["plain", "captured"])
