@@ -62,7 +62,14 @@ conformance_parts() {
       > "$tmp/part$i.log" 2>&1 &
     pids+=($!); i=$((i + 1))
   done
-  for i in "${!pids[@]}"; do wait "${pids[$i]}" || wait "${pids[$i]}" || rc=1; done
+  # a trapped TERM ends a `wait` early, and `timeout` sends one to bash and then another to the
+  # whole group: wait again until each part has exited (a zombie still answers kill -0), so no
+  # log is printed before its part has written its report
+  local pid status
+  for pid in "${pids[@]}"; do
+    until wait "$pid"; status=$?; ! kill -0 "$pid" 2>/dev/null; do :; done
+    [ "$status" -eq 0 ] || rc=1
+  done
   i=0
   for part in "${parts[@]}"; do echo "--- plga conformance $part ---"; cat "$tmp/part$i.log"; echo; i=$((i + 1)); done
   return $rc
