@@ -49,6 +49,14 @@ def _row_errors(where: str, r: Any) -> list[str]:
         if r.get("meets_runs_rule") is not (len(ts) >= MIN_RUNS):
             errs.append(f"{where}.meets_runs_rule must say whether runs ≥ {MIN_RUNS}")
     errs += [f"{where}.{k} must be a number ≥ 0" for k in _NON_NEGATIVE if k in r and not (_is(r[k], float) and r[k] >= 0)]
+    for k in ("speedup_vs_eager", "speedup_vs_fused"):  # a paired ratio is the median of its rounds
+        rounds = r.get(f"{k}_rounds")
+        if rounds is None:
+            continue
+        if not (isinstance(rounds, list) and rounds and all(_is(x, float) and x > 0 for x in rounds)):
+            errs.append(f"{where}.{k}_rounds must be a non-empty list of positive numbers")
+        elif not _is(r.get(k), float) or abs(r[k] - statistics.median(rounds)) > 1e-12 * max(1.0, abs(r[k])):
+            errs.append(f"{where}.{k} is not the median of {k}_rounds")
     return errs
 
 
@@ -251,7 +259,8 @@ def format_report(doc: dict[str, Any], rows: list[Row], verdicts: list[Verdict])
         format_rows(rows),
         "",
         "tok/s: prefill B·S/median; decode rows: decode-phase tokens/s (B / step time, step = (generate − prompt pass)/(N−1)). "
-        "* = fewer than 5 runs. × fused f32: the float32 fused row's median ÷ this row's (bf16 and compiled rows). "
+        "* = fewer than 5 runs. × eager: the eager row's time ÷ this row's; × fused f32: the float32 fused row's time ÷ this "
+        "row's (bf16 and compiled rows); both paired by round (the median of the per-round ratios of runs taken in turn). "
         "roofline = achieved GFLOP/s ÷ matmul peak of the row's dtype; BW bound = (weight bytes per step ÷ read bandwidth) ÷ step time, "
         "the read bandwidth of the row's decoding group, timed in turn with it over a buffer the size of the group's float32 weights. "
         "compile s: the captured row's first call on an empty Inductor cache, less its second; cached s: the same in a fresh "

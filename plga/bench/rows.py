@@ -3,7 +3,8 @@
 :func:`derive_row` turns a case process's raw result and the machine limits into a row;
 :func:`add_ratios` adds the cross-row ratios of one run (speed-up and memory against the eager
 row of the same workload, speed-up against the float32 fused row for a low-precision or
-captured row).
+captured row). A speed ratio of two rows timed in turn (:mod:`.interleave`) is paired by round:
+:func:`row_ratio`, the one estimator every ratio of ``plga bench`` uses.
 """
 
 from __future__ import annotations
@@ -35,6 +36,9 @@ class Row:
     mode: str | None = None  # decode: nocache | kv | kvg | collapsed
     new_tokens: int | None = None
     reason: str | None = None
+    #: the group whose rounds of timed runs it took in turn with (:func:`.plan.group_of`); rows of
+    #: one group have their i-th runs side by side in time. None: timed alone (older files too)
+    group: str | None = None
     # timings (ok rows)
     runs: int | None = None
     warmup: int | None = None
@@ -89,9 +93,11 @@ class Row:
     greedy_note: str | None = None
     # cross-row ratios (add_ratios)
     speedup_vs_eager: float | None = None
+    speedup_vs_eager_rounds: list[float] | None = None  # the per-round ratios it is the median of (paired rows)
     memory_vs_eager: float | None = None
     same_tokens_as_eager: bool | None = None
     speedup_vs_fused: float | None = None
+    speedup_vs_fused_rounds: list[float] | None = None
     same_tokens_as_fused: bool | None = None
 
     def to_json(self) -> dict[str, Any]:
@@ -112,7 +118,7 @@ class Row:
         return self.decode_tokens_per_s if self.kind == "decode" and self.decode_tokens_per_s else self.tokens_per_s
 
 
-SPEC_FIELDS = ("config", "impl", "dtype", "capture", "batch", "seq", "logits", "mode", "new_tokens")
+SPEC_FIELDS = ("config", "impl", "dtype", "capture", "batch", "seq", "logits", "mode", "new_tokens", "group")
 
 
 def not_run(spec: dict[str, Any], status: str, reason: str) -> Row:
@@ -216,6 +222,65 @@ def workload_key(row: Row) -> tuple[Any, ...]:
     return (row.config, row.kind, row.batch, row.seq, row.mode, row.new_tokens)
 
 
+def round_values(row: Row, quantity: str) -> list[float] | None:
+    """``row``'s ``quantity`` in each of its timed runs, in run order (None where it has no
+    per-round value): ``median_s`` → the runs' seconds; ``decode_tokens_per_s`` → B ÷ that run's
+    step, (run − prompt pass) ÷ (N − 1) with the row's one prompt-pass median (nocache: run ÷ N)."""
+    times = row.times_s
+    if not times:
+        return None
+    if quantity == "median_s":
+        return list(times)
+    if quantity != "decode_tokens_per_s":
+        raise ValueError(f"no per-round value of {quantity!r}: median_s or decode_tokens_per_s")
+    if row.kind != "decode" or not row.batch or not row.new_tokens or row.decode_tokens_per_s is None:
+        return None
+    n = row.new_tokens
+    if row.mode == "nocache":
+        steps = [t / n for t in times]
+    elif row.prefill_median_s is not None and n > 1:
+        steps = [(t - row.prefill_median_s) / (n - 1) for t in times]
+    else:
+        return None
+    if min(steps) <= 0:  # a run no longer than the prompt pass: no step to pair
+        return None
+    return [row.batch / s for s in steps]
+
+
+@dataclasses.dataclass(frozen=True)
+class Ratio:
+    """A ratio of two rows' ``quantity``: the median of its per-round ratios when the rows took
+    their runs in turn (``rounds``), else the ratio of their medians (``rounds`` empty)."""
+
+    value: float
+    rounds: tuple[float, ...] = ()
+
+    def note(self) -> str:
+        """How it was obtained, for a verdict: the spread of the rounds, or that it was not paired."""
+        if not self.rounds:
+            return "median ÷ median: the rows were not timed in turn"
+        if len(self.rounds) == 1:
+            return "one round"
+        return f"{len(self.rounds)} rounds, {min(self.rounds):.3g}–{max(self.rounds):.3g}"
+
+
+def row_ratio(num: Row, den: Row, quantity: str) -> Ratio | None:
+    """``num``'s ``quantity`` ÷ ``den``'s (``median_s`` or ``decode_tokens_per_s``); None when
+    either is absent. Rows of one group are paired by round: the host's speed drifts by tens of
+    percent between minutes, and the i-th runs of a group's rows are seconds apart, so the
+    per-round ratios carry little of the drift that two medians, taken from different rounds,
+    carry in full. Their median is the ratio. A row with fewer runs pairs its first rounds."""
+    x, y = getattr(num, quantity), getattr(den, quantity)
+    if not x or not y:
+        return None
+    if num.group is not None and num.group == den.group:
+        a, b = round_values(num, quantity), round_values(den, quantity)
+        if a and b:
+            rounds = tuple(p / q for p, q in zip(a, b, strict=False))
+            return Ratio(statistics.median(rounds), rounds)
+    return Ratio(x / y)
+
+
 def _memory(row: Row, other: Row) -> float | None:
     if row.peak_device_bytes and other.peak_device_bytes:
         return row.peak_device_bytes / other.peak_device_bytes
@@ -224,25 +289,32 @@ def _memory(row: Row, other: Row) -> float | None:
     return None
 
 
+def _speedup(faster: Row, base: Row) -> tuple[float | None, list[float] | None]:
+    """(base time ÷ row time, its per-round ratios or None): :func:`row_ratio` on the runs' seconds."""
+    r = row_ratio(base, faster, "median_s")
+    return (None, None) if r is None else (r.value, list(r.rounds) or None)
+
+
 def add_ratios(rows: list[Row]) -> None:
-    """``speedup_vs_eager`` = eager median ÷ row median and ``memory_vs_eager`` = row peak ÷ eager
-    peak (eager row of the same workload and dtype); for low-precision and captured fused rows
-    ``speedup_vs_fused`` = float32 fused median ÷ row median and whether their tokens agree."""
+    """``speedup_vs_eager`` = eager time ÷ row time (:func:`row_ratio`: the median of per-round
+    ratios for rows timed in turn) and ``memory_vs_eager`` = row peak ÷ eager peak (eager row of
+    the same workload and dtype); for low-precision and captured fused rows ``speedup_vs_fused``
+    = float32 fused time ÷ row time and whether their tokens agree."""
     timed = [r for r in rows if r.ok and r.kind in ("prefill", "decode")]
     eager = {(workload_key(r), r.dtype): r for r in timed if r.impl == "eager"}
     plain = {workload_key(r): r for r in timed if r.impl == "fused" and r.dtype == "float32" and not r.capture}
     for r in timed:
         e = eager.get((workload_key(r), r.dtype))
         if e is not None:
-            r.speedup_vs_eager = e.median_s / r.median_s  # type: ignore[operator]
+            r.speedup_vs_eager, r.speedup_vs_eager_rounds = _speedup(r, e)
             r.memory_vs_eager = _memory(r, e)
             if r.tokens_digest and e.tokens_digest:
                 r.same_tokens_as_eager = r.tokens_digest == e.tokens_digest
         f = plain.get(workload_key(r))
         if f is not None and r.impl == "fused" and (r.dtype != "float32" or r.capture):
-            r.speedup_vs_fused = f.median_s / r.median_s  # type: ignore[operator]
+            r.speedup_vs_fused, r.speedup_vs_fused_rounds = _speedup(r, f)
             if r.tokens_digest and f.tokens_digest:
                 r.same_tokens_as_fused = r.tokens_digest == f.tokens_digest
 
 
-__all__ = ["STATUSES", "Row", "add_ratios", "derive_row", "not_run", "workload_key"]
+__all__ = ["STATUSES", "Ratio", "Row", "add_ratios", "derive_row", "not_run", "round_values", "row_ratio", "workload_key"]

@@ -19,12 +19,14 @@ from typing import Any
 
 from .machine import WIDENED_VIA
 from .plan import CACHED_MODES, LOW_DTYPE
-from .rows import Row, workload_key
+from .rows import Ratio, Row, row_ratio, workload_key
 
 TARGET_STATUSES = ("met", "missed", "not measured", "reported")
 #: The comparison of a target without a goal: its value is shown, never judged.
 REPORT = "report"
 Measure = Callable[[list[Row]], float | None]
+#: How every ratio of two timed rows is taken (:func:`~plga.bench.rows.row_ratio`).
+PAIRED = "paired by round (median of the per-round ratios of runs taken in turn)"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,37 +89,76 @@ def find(rows: list[Row], **want: Any) -> Row | None:
     return None
 
 
+def _ratio_note(row: Row, name: str) -> str:
+    """How the ratio ``name`` of ``row`` was obtained (:meth:`Ratio.note`); "" for a field that
+    is not a cross-row speed ratio."""
+    value = getattr(row, name)
+    if value is None or not hasattr(row, f"{name}_rounds"):
+        return ""
+    return Ratio(value, tuple(getattr(row, f"{name}_rounds") or ())).note()
+
+
 def field(name: str, **want: Any) -> Measure:
     """The value of ``name`` on the row matching ``want`` (its ``why`` says why a row holds
-    none: :attr:`Row.unmeasured`)."""
+    none: :attr:`Row.unmeasured`; for a speed-up, how its rounds were paired)."""
     def measure(rows: list[Row]) -> float | None:
         r = find(rows, **want)
         return None if r is None else getattr(r, name)
 
     def why(rows: list[Row]) -> str:
         r = find(rows, **want)
-        return ((r.unmeasured or {}).get(name, "") if r is not None else "")
+        return ((r.unmeasured or {}).get(name, "") or _ratio_note(r, name)) if r is not None else ""
 
     measure.why = why  # type: ignore[attr-defined]
     return measure
 
 
 def ratio(name: str, num: dict[str, Any], den: dict[str, Any], invert: bool = False) -> Measure:
-    """``name`` of the ``num`` row ÷ ``name`` of the ``den`` row (or den ÷ num with ``invert``)."""
-    def measure(rows: list[Row]) -> float | None:
+    """``name`` of the ``num`` row ÷ ``name`` of the ``den`` row (or den ÷ num with ``invert``),
+    paired by round where the rows were timed in turn (:func:`~plga.bench.rows.row_ratio`)."""
+    def one(rows: list[Row]) -> Ratio | None:
         a, b = find(rows, **num), find(rows, **den)
-        x, y = (getattr(a, name) if a else None), (getattr(b, name) if b else None)
-        if not x or not y:
+        if a is None or b is None:
             return None
-        return y / x if invert else x / y
+        return row_ratio(b, a, name) if invert else row_ratio(a, b, name)
 
+    def measure(rows: list[Row]) -> float | None:
+        r = one(rows)
+        return None if r is None else r.value
+
+    def why(rows: list[Row]) -> str:
+        r = one(rows)
+        return "" if r is None else r.note()
+
+    measure.why = why  # type: ignore[attr-defined]
     return measure
 
 
-def slowest_fused_vs_eager(rows: list[Row]) -> float | None:
-    """The smallest speed-up of a fused row over the eager row of its workload."""
-    vals = [r.speedup_vs_eager for r in rows if r.ok and r.impl == "fused" and r.speedup_vs_eager is not None]
-    return min(vals) if vals else None
+def slowest(values: Callable[[list[Row]], list[tuple[float, Row, str]]]) -> Measure:
+    """The smallest of ``values(rows)`` (value, its row, how it was obtained); its ``why``
+    names that row."""
+    def measure(rows: list[Row]) -> float | None:
+        vals = values(rows)
+        return min(v for v, _, _ in vals) if vals else None
+
+    def why(rows: list[Row]) -> str:
+        vals = values(rows)
+        if not vals:
+            return ""
+        _, row, note = min(vals, key=lambda v: v[0])
+        return f"{row.id}" + (f": {note}" if note else "")
+
+    measure.why = why  # type: ignore[attr-defined]
+    return measure
+
+
+def _fused_vs_eager(rows: list[Row]) -> list[tuple[float, Row, str]]:
+    return [(r.speedup_vs_eager, r, _ratio_note(r, "speedup_vs_eager"))
+            for r in rows if r.ok and r.impl == "fused" and r.speedup_vs_eager is not None]
+
+
+#: The smallest speed-up of a fused row over the eager row of its workload.
+slowest_fused_vs_eager = slowest(_fused_vs_eager)
 
 
 def compile_break_even(cfg: str, mode: str, dtype: str, cached: bool = False) -> Measure:
@@ -143,19 +184,32 @@ def compile_break_even(cfg: str, mode: str, dtype: str, cached: bool = False) ->
     return measure
 
 
+def _command(rows: list[Row], name: str) -> Row | None:
+    return next((r for r in rows if r.ok and r.kind == "command" and r.id == name), None)
+
+
 def command_seconds(name: str = "conformance/quick") -> Measure:
     """The median wall time of the command case ``name``."""
     def measure(rows: list[Row]) -> float | None:
-        r = next((r for r in rows if r.ok and r.kind == "command" and r.id == name), None)
+        r = _command(rows, name)
         return None if r is None else r.median_s
 
     return measure
 
 
+def _audit_ratio(rows: list[Row]) -> Ratio | None:
+    ref, tor = _command(rows, "audit/reference"), _command(rows, "audit/torch")
+    return None if ref is None or tor is None else row_ratio(ref, tor, "median_s")
+
+
 def audit_speed(rows: list[Row]) -> float | None:
-    """The reference audit's median time ÷ the torch audit's (built-in model, one run)."""
-    torch_s, ref_s = command_seconds("audit/torch")(rows), command_seconds("audit/reference")(rows)
-    return None if not torch_s or not ref_s else ref_s / torch_s
+    """The reference audit's time ÷ the torch audit's (built-in model; the two take their runs in
+    turn, so the ratio is paired by round: :func:`~plga.bench.rows.row_ratio`)."""
+    r = _audit_ratio(rows)
+    return None if r is None else r.value
+
+
+audit_speed.why = lambda rows: "" if (r := _audit_ratio(rows)) is None else r.note()  # type: ignore[attr-defined]
 
 
 def captured_tokens_agree(rows: list[Row]) -> float | None:
@@ -195,13 +249,20 @@ def over_baseline(mode: str) -> Measure:
     return measure
 
 
-def slowest_low_precision_prefill_vs_eager(rows: list[Row]) -> float | None:
-    """The smallest speed-up of a low-precision fused prefill row over the float32 eager row of
-    its workload (every shape that has both)."""
+def _low_precision_prefill_vs_eager(rows: list[Row]) -> list[tuple[float, Row, str]]:
     eager = {workload_key(r): r for r in rows if r.ok and r.kind == "prefill" and r.impl == "eager" and r.dtype == "float32"}
-    vals = [eager[workload_key(r)].median_s / r.median_s for r in rows  # type: ignore[operator]
-            if r.ok and r.kind == "prefill" and r.impl == "fused" and r.dtype == LOW_DTYPE and workload_key(r) in eager]
-    return min(vals) if vals else None
+    out = []
+    for r in rows:
+        if r.ok and r.kind == "prefill" and r.impl == "fused" and r.dtype == LOW_DTYPE and workload_key(r) in eager:
+            ratio_ = row_ratio(eager[workload_key(r)], r, "median_s")
+            if ratio_ is not None:
+                out.append((ratio_.value, r, ratio_.note()))
+    return out
+
+
+#: The smallest speed-up of a low-precision fused prefill row over the float32 eager row of its
+#: workload (every shape that has both).
+slowest_low_precision_prefill_vs_eager = slowest(_low_precision_prefill_vs_eager)
 
 
 def accuracy(name: str) -> Measure:
@@ -224,7 +285,7 @@ def _targets() -> tuple[Target, ...]:
     big = dict(kind="prefill", config="paper-110m", impl="fused", batch=8, seq=1024)
     low = LOW_DTYPE
     out.append(Target("fused/never-slower", "fused path never slower than eager (any case)", ">=", 1.0, "×",
-                      "min over fused rows of eager median ÷ fused median", slowest_fused_vs_eager))
+                      "min over fused rows of eager time ÷ fused time, " + PAIRED, slowest_fused_vs_eager))
     cap = {"capture": "compile"}
     for cfg in ("small", "paper-110m"):
         for mode in CACHED_MODES:
@@ -237,14 +298,14 @@ def _targets() -> tuple[Target, ...]:
                               field("loop_overhead_fraction", **_decode(cfg, mode, **cap))))
     for mode in CACHED_MODES:
         out.append(Target(f"batch8/small/{mode}", f"decode {mode} @ small, captured: b8 tokens/s ÷ b1 tokens/s", ">=", 4.0, "×",
-                          "decode-phase tokens/s of the captured b8 row ÷ the captured b1 row",
+                          "decode-phase tokens/s of the captured b8 row ÷ the captured b1 row, " + PAIRED,
                           ratio("decode_tokens_per_s", _decode("small", mode, batch=8, **cap), _decode("small", mode, **cap))))
     for cfg in ("small", "paper-110m"):
         out.append(Target(f"nocache/{cfg}", f"decode nocache @ {cfg}: speed-up vs eager", ">=", 2.5, "×",
-                          "eager median ÷ fused median", field("speedup_vs_eager", **_decode(cfg, "nocache"))))
+                          "eager time ÷ fused time, " + PAIRED, field("speedup_vs_eager", **_decode(cfg, "nocache"))))
     out += [
         Target("prefill/speedup/paper-110m/b8s1024", "prefill paper-110m b8 s1024: speed-up vs eager", ">=", 1.8, "×",
-               "eager median ÷ fused median", field("speedup_vs_eager", **big)),
+               "eager time ÷ fused time, " + PAIRED, field("speedup_vs_eager", **big)),
         Target("prefill/roofline/paper-110m/b8s1024", "prefill paper-110m b8 s1024: fraction of matmul roofline", ">=", 0.85, "",
                "achieved GFLOP/s ÷ float32 2048² matmul peak (the faster of torch.matmul and the kernels' GEMM)", field("roofline_fraction", **big)),
         Target("prefill/roofline/paper-110m/b8s512", "prefill paper-110m b8 s512: fraction of matmul roofline", ">=", 0.75, "",
@@ -252,16 +313,16 @@ def _targets() -> tuple[Target, ...]:
         Target("prefill/memory/small/b8s1024", "prefill small b8 s1024, last logits: peak memory ÷ eager (all logits)", "<=", 0.6, "×",
                "peak RSS of the fused row ÷ the eager row", field("memory_vs_eager", **big | {"config": "small"})),
         Target("prefill/collapsed/paper-110m/b1s128", "collapsed prefill paper-110m b1 s128: speed-up vs fused", ">=", 1.15, "×",
-               "fused median ÷ collapsed median",
+               "fused time ÷ collapsed time, " + PAIRED,
                ratio("median_s", dict(kind="prefill", config="paper-110m", impl="collapsed", batch=1, seq=128),
                      dict(kind="prefill", config="paper-110m", impl="fused", batch=1, seq=128), invert=True)),
         Target(f"{low}/prefill/paper-110m/b8s1024", f"prefill paper-110m b8 s1024 in {low}: speed-up vs float32 fused", ">=", 2.5, "×",
-               "float32 fused median ÷ bf16 fused median (one run)", field("speedup_vs_fused", **big | {"dtype": low})),
+               "float32 fused time ÷ bf16 fused time, " + PAIRED, field("speedup_vs_fused", **big | {"dtype": low})),
     ]
     for cfg in ("small", "paper-110m"):
         for mode in CACHED_MODES:
             out.append(Target(f"{low}/decode/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {low}, captured: tokens/s ÷ float32 captured",
-                              ">=", 1.6, "×", "decode-phase tokens/s of the bf16 captured row ÷ the float32 captured row (one run)",
+                              ">=", 1.6, "×", "decode-phase tokens/s of the bf16 captured row ÷ the float32 captured row, " + PAIRED,
                               ratio("decode_tokens_per_s", _decode(cfg, mode, dtype=low, **cap), _decode(cfg, mode, **cap))))
     out += [
         Target(f"{low}/logits-error", f"{low} logits on the golden prompts: error vs float64 ÷ policy bound", "<=", 1.0, "×",
@@ -278,7 +339,7 @@ def _targets() -> tuple[Target, ...]:
         for cfg in ("small", "paper-110m"):
             for mode in CACHED_MODES:
                 out.append(Target(f"compile/{dt}/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {dt}: captured ÷ plain tokens/s",
-                                  ">=", 1.0, "×", "decode-phase tokens/s of the captured row ÷ the plain row (compile in the warm-up)",
+                                  ">=", 1.0, "×", "decode-phase tokens/s of the captured row ÷ the plain row (compile in the warm-up), " + PAIRED,
                                   ratio("decode_tokens_per_s", _decode(cfg, mode, dtype=dt, **cap), _decode(cfg, mode, dtype=dt))))
                 out.append(Target(f"compile-break-even/{dt}/{cfg}/{mode}", f"decode b1 {mode} @ {cfg} in {dt}: tokens until compiling pays off",
                                   REPORT, 0.0, "tokens", "cold compile time ÷ (plain step − captured step); compilation is opt-in",
@@ -289,12 +350,12 @@ def _targets() -> tuple[Target, ...]:
                           ">=", 5.0, "×", f"decode-phase tokens/s of the float32 captured row ÷ {base:g} (the plain fused path's, "
                           "first H200 run)", over_baseline(mode), premise=on_h200))
     out.append(Target(f"cuda/{low}/prefill-vs-eager", f"prefill in {low} on CUDA: speed-up vs float32 eager (every shape timed in bf16)", ">=", 1.0,
-                      "×", f"min over {low} fused prefill rows of the float32 eager median ÷ the row's median",
+                      "×", f"min over {low} fused prefill rows of the float32 eager time ÷ the row's, " + PAIRED,
                       slowest_low_precision_prefill_vs_eager, premise=on_cuda))
     out.append(Target("reference/conformance-quick", "conformance quick profile wall time", "<=", 120.0, "s",
                       "one timed run of the command", command_seconds(), "conformance"))
     out.append(Target("audit/torch-vs-reference", "plga audit of the built-in model: torch backend speed ÷ reference", ">=", 1.0,
-                      "×", "reference audit median ÷ torch audit median (float64, the CPU, one run)", audit_speed, "audit"))
+                      "×", "reference audit time ÷ torch audit time (float64, the CPU), " + PAIRED, audit_speed, "audit"))
     return tuple(out)
 
 
@@ -335,17 +396,16 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, lim
         if unfit:  # this machine cannot measure it, whatever its rows say
             out.append(judge(t, None, unfit))
             continue
-        measured, why = t.measure(rows), ""
-        if measured is None or t.op == REPORT:  # a reported value may carry a note too
-            why = getattr(t.measure, "why", lambda rows: "")(rows)
-            if t.measured_by_command and not why and measured is None:
-                why = f"not run: add '{t.measured_by_command}' to --cases"
+        measured = t.measure(rows)
+        why = getattr(t.measure, "why", lambda rows: "")(rows)  # why absent, or how it was obtained
+        if t.measured_by_command and not why and measured is None:
+            why = f"not run: add '{t.measured_by_command}' to --cases"
         v = judge(t, measured, why)
         if v.status == "missed":
-            v.why = low_precision_bound(t, limits) or v.why
+            v.why = "; ".join(s for s in (low_precision_bound(t, limits), v.why) if s)
         out.append(v)
     return out
 
 
-__all__ = ["H200_BASELINE_TOKENS_PER_S", "NO_LOW_PRECISION_ARITHMETIC", "REPORT", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge",
+__all__ = ["H200_BASELINE_TOKENS_PER_S", "NO_LOW_PRECISION_ARITHMETIC", "PAIRED", "REPORT", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge",
            "low_precision_bound"]

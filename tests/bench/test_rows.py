@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from plga.bench import flops as FL
-from plga.bench.rows import Row, add_ratios, derive_row
+from plga.bench.rows import Row, add_ratios, derive_row, round_values, row_ratio
 from plga.reference.config import PLDRConfig
 
 from .helpers import LIMITS, raw
@@ -131,3 +131,63 @@ def test_captured_cuda_rows_without_a_cuda_graph_are_named():
     line = format_cuda_graphs(rows)
     assert "skipped" in line and "graphed" not in line and "cpu" not in line
     assert format_cuda_graphs(rows[::2]) == ""
+
+
+def _timed(id_, impl, times, group="g", **kw):
+    spec = {"id": id_, "kind": "prefill", "config": "tiny", "impl": impl, "dtype": "float32", "batch": 1, "seq": 8,
+            "group": group, **kw}
+    return derive_row(raw(spec, times), LIMITS)
+
+
+def test_a_speed_up_of_rows_timed_in_turn_is_the_median_of_its_rounds():
+    """The host slows through the run and the eager row has one fast round: the two medians come
+    from different rounds and read fused 0.83× eager, though fused was 1.25× faster in four
+    rounds of five. Paired by round the speed-up is 1.25×; rows not timed in turn (different
+    groups) keep the ratio of their medians."""
+    fused = [1.0, 2.0, 3.0, 4.0, 5.0]
+    eager = [1.25, 2.5, 3.75, 5.0, 0.9]
+    rows = [_timed("e", "eager", eager), _timed("f", "fused", fused)]
+    add_ratios(rows)
+    assert rows[1].speedup_vs_eager == pytest.approx(1.25)
+    assert rows[1].speedup_vs_eager_rounds == pytest.approx([1.25, 1.25, 1.25, 1.25, 0.18])
+    assert Row.from_json(rows[1].to_json()) == rows[1]
+    apart = [_timed("e", "eager", eager, group="g1"), _timed("f", "fused", fused, group="g2")]
+    add_ratios(apart)
+    assert apart[1].speedup_vs_eager == pytest.approx(2.5 / 3.0) and apart[1].speedup_vs_eager_rounds is None
+    # control: a fused path slower in every round stays slower, however the host drifts
+    slower = [_timed("e", "eager", [0.9 * t for t in fused]), _timed("f", "fused", fused)]
+    add_ratios(slower)
+    assert slower[1].speedup_vs_eager == pytest.approx(0.9)
+
+
+def test_pairing_uses_the_rounds_both_rows_ran():
+    """A row with fewer runs (a reference row under its budget) pairs its first rounds."""
+    r = row_ratio(_timed("a", "eager", [2.0, 4.0, 6.0]), _timed("b", "fused", [1.0, 2.0, 3.0, 100.0, 100.0]), "median_s")
+    assert r is not None and r.rounds == pytest.approx((2.0, 2.0, 2.0)) and r.value == pytest.approx(2.0)
+    assert r.note() == "3 rounds, 2–2"
+
+
+def test_decode_tokens_per_s_ratios_are_paired_by_round():
+    """Batch 8 ÷ batch 1 decoding: each round's step is (run − prompt pass) ÷ (N − 1). The b8
+    row's last round was disturbed (fast); per round b8 reads 4× b1 in four rounds of five, the
+    medians 6×. The per-round tokens/s of a row has the row's decode tokens/s as its median."""
+    spec = {"kind": "decode", "config": "small", "impl": "fused", "dtype": "float32", "seq": 8, "new_tokens": 11,
+            "mode": "kv", "group": "small/decode/kv"}
+    drift = [1.0, 2.0, 3.0, 4.0, 5.0]
+    b1 = derive_row(raw({**spec, "id": "b1", "batch": 1}, [1.0 + 10 * 0.1 * d for d in drift], prefill_times_s=[1.0]), LIMITS)
+    b8_drift = [1.0, 2.0, 3.0, 4.0, 0.2]
+    b8 = derive_row(raw({**spec, "id": "b8", "batch": 8}, [1.0 + 10 * 0.2 * d for d in b8_drift], prefill_times_s=[1.0]), LIMITS)
+    per_round = round_values(b1, "decode_tokens_per_s")
+    assert per_round == pytest.approx([10.0 / d for d in drift])
+    assert sorted(per_round)[2] == pytest.approx(b1.decode_tokens_per_s)
+    assert b8.decode_tokens_per_s / b1.decode_tokens_per_s == pytest.approx(6.0)
+    paired = row_ratio(b8, b1, "decode_tokens_per_s")
+    assert paired is not None and paired.value == pytest.approx(4.0) and paired.rounds[-1] == pytest.approx(100.0)
+    # a run no longer than the prompt pass has no step: the rows fall back to their medians
+    short = derive_row(raw({**spec, "id": "s", "batch": 8}, [0.5, *[1.0 + 2 * d for d in b8_drift[1:]]], prefill_times_s=[1.0]),
+                       LIMITS)
+    assert round_values(short, "decode_tokens_per_s") is None
+    fallback = row_ratio(short, b1, "decode_tokens_per_s")
+    assert fallback is not None and fallback.rounds == () and fallback.note().startswith("median ÷ median")
+    with pytest.raises(ValueError, match="no per-round value"):
+        round_values(b1, "step_s")

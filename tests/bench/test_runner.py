@@ -46,6 +46,10 @@ def test_end_to_end_on_synthetic_cases(fake, tmp_path, capsys):
     shapes = {r["id"]: r.get("warmup_shape") for r in doc["rows"] if r["status"] == "ok" and r["kind"] == "prefill"}
     assert shapes["paper-110m/prefill/eager/b8s1024/all"] == "reduced"  # est. > LONG_RUN_S at 100 GFLOP/s peak
     assert shapes["small/prefill/fused/b1s128/last"] == "full"
+    # rows of one group are paired by round: fake_run's runs drift 0–4 % alike in every case
+    fused_b8 = next(r for r in doc["rows"] if r["id"].startswith("paper-110m/prefill/fused/b8s1024") and r["dtype"] == "float32")
+    assert fused_b8["group"] == "paper-110m/prefill/b8s1024" and fused_b8["speedup_vs_eager_rounds"] == pytest.approx([3.0] * 5)
+    assert "5 rounds, 3–3" in by_id["prefill/speedup/paper-110m/b8s1024"]["why"]
     fused = [r for r in doc["rows"] if r.get("impl") == "fused" and r["kind"] == "decode" and r["dtype"] == "float32"]
     assert all(r["same_tokens_as_eager"] for r in fused if not r.get("capture"))
     text = capsys.readouterr().out
@@ -97,6 +101,8 @@ def test_validate_document_catches_errors(fake, tmp_path, capsys):
     row = next(r for r in bad["rows"] if r["status"] == "ok")
     row["median_s"] = row["max_s"] + 1
     row["meets_runs_rule"] = True
+    paired = next(r for r in bad["rows"] if r.get("speedup_vs_eager_rounds"))
+    paired["speedup_vs_eager"] *= 1.1  # a paired ratio that is not the median of its rounds
     bad["rows"].append(copy.deepcopy(bad["rows"][0]))
     bad["rows"].append({"id": "z", "kind": "prefill", "status": "error"})
     bad["targets"].append({"status": "missed", "op": ">=", "measured": 0.1, "shortfall": 0})
@@ -106,7 +112,8 @@ def test_validate_document_catches_errors(fake, tmp_path, capsys):
     errs = "\n".join(validate_document(bad))
     for needle in ("schema must be", "limits.bandwidth_gbps", "not the median", "meets_runs_rule", "duplicated",
                    "positive shortfall", "needs a reason", "reported (or not measured), never judged",
-                   "judged, not reported", "a reported target needs a numeric measured value"):
+                   "judged, not reported", "a reported target needs a numeric measured value",
+                   "speedup_vs_eager is not the median of speedup_vs_eager_rounds"):
         assert needle in errs
 
 
