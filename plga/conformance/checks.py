@@ -32,7 +32,7 @@ from hypothesis.errors import UnsatisfiedAssumption
 from ..datafiles import GOLDEN_CHECKPOINT, TRAINED_G_LM, missing_reason
 from ..draws import seed_alone_decides
 from . import eager as eg
-from . import oracle, profiles
+from . import memo, oracle, profiles
 from . import strategies as sh
 from .adapter import Adapter, SkipCheck, is_suite_skip, skip_check, time_scale_of
 from .guard import Held, KernelCrash, call_operation, guarded, time_limit
@@ -982,7 +982,7 @@ def _forward_compare(ctx: Context, state: dict[str, Any], config: Any, tokens: n
     if truth_logits is None:
         assert truth is not None
         truth_logits = truth.logits
-    base = [d.forward(tok, constant_g) for d in _baseline_decoders(state, config)]
+    base = _baseline_forward(state, config, tokens, constant_g)
     note = note or f"tokens {tokens.tolist()}"
     # logits are judged at real positions (the contract leaves a padding position's logits open:
     # an unpadded LM head may skip them); the padding rows still enter each layer's Gram, so
@@ -1139,7 +1139,17 @@ def _gen(ctx: Context, state: dict[str, Any], config: Any, prompt: np.ndarray, n
 def _baseline_gen(state: dict[str, Any], config: Any, prompt: np.ndarray, n: int, mode: str, g: Any = None) -> list[Any]:
     import torch
 
-    return [d.generate(torch.from_numpy(prompt), n, mode, g) for d in _baseline_decoders(state, config)]
+    return memo.remembered(lambda: [d.generate(torch.from_numpy(prompt), n, mode, g) for d in _baseline_decoders(state, config)],
+                           "baseline_generate", state, config, prompt, n, mode, g)
+
+
+def _baseline_forward(state: dict[str, Any], config: Any, tokens: np.ndarray, constant_g: Sequence[Any] | None) -> list[Any]:
+    """Each baseline decoder's (logits, deductive dicts) for ``tokens``."""
+    import torch
+
+    tok = torch.from_numpy(tokens)
+    return memo.remembered(lambda: [d.forward(tok, constant_g)[:2] for d in _baseline_decoders(state, config)],
+                           "baseline_forward", state, config, tokens, constant_g)
 
 
 @register("cache_modes", "cache", requires=("cache_kv",))

@@ -16,6 +16,7 @@ import numpy as np
 from ..datafiles import GOLDEN_ARRAYS, GOLDEN_CHECKPOINT, TRAINED_G_LM, data_file
 from ..reference import spec
 from ..reference.numerics import mp_eval
+from . import memo
 
 #: mpmath digits for ground truth: 40 digits leave 24 digits over float64, far more than the
 #: sums of a few hundred terms in the suite's shapes can lose.
@@ -107,16 +108,22 @@ def truth_forward(state: Mapping[str, Any], config: Any, tokens: Any, constant_g
     """Reference decoder forward (float64) → :class:`plga.reference.decoder.ForwardResult`."""
     from ..reference import decoder
 
-    g = None if constant_g is None else [to_np(x) for x in constant_g]
-    return decoder.forward(state_to_np(state), config, np.asarray(to_np(tokens), dtype=np.int64), constant_g=g)
+    def compute() -> Any:
+        g = None if constant_g is None else [to_np(x) for x in constant_g]
+        return decoder.forward(state_to_np(state), config, np.asarray(to_np(tokens), dtype=np.int64), constant_g=g)
+
+    return memo.remembered(compute, "truth_forward", state, config, tokens, constant_g)
 
 
 def truth_generate(state: Mapping[str, Any], config: Any, prompt: Any, n: int, mode: str, constant_g: Sequence[Any] | None = None) -> Any:
     """Reference greedy decoding (float64) in ``mode`` (the same mode names as the protocol)."""
     from ..reference import decoder
 
-    g = None if constant_g is None else [to_np(x) for x in constant_g]
-    return decoder.generate(state_to_np(state), config, np.asarray(to_np(prompt), dtype=np.int64), n, mode, constant_g=g)
+    def compute() -> Any:
+        g = None if constant_g is None else [to_np(x) for x in constant_g]
+        return decoder.generate(state_to_np(state), config, np.asarray(to_np(prompt), dtype=np.int64), n, mode, constant_g=g)
+
+    return memo.remembered(compute, "truth_generate", state, config, prompt, n, mode, constant_g)
 
 
 # --- Seeded weights -------------------------------------------------------------------------

@@ -15,7 +15,7 @@ from typing import Any
 
 from ..errors import ImplementationLoadError, InputError
 from ..progress import progress
-from . import profiles
+from . import memo, profiles
 from .adapter import Adapter, SkipCheck, as_adapter, plga_environment, resolve_impl
 from .checks import CHECKS, GROUPS, Context, check_ids, run_check
 from .guard import CheckTimeout, stop_if_interrupted, user_interrupted, watch_user_interrupt
@@ -265,7 +265,7 @@ def check_kernel(
     if reproduce:
         os.environ["PLGA_REPRODUCE"] = reproduce
     try:
-        with watch_user_interrupt():
+        with watch_user_interrupt(), memo.scope():  # the truth and the baselines of a case, computed once a run
             pairs = _select(adapter, checks, groups, dtypes, keyword)
             for name, dtype in progress(pairs, "plga conformance", show=show_progress):
                 stop_if_interrupted()
