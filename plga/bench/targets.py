@@ -113,15 +113,8 @@ def field(name: str, **want: Any) -> Measure:
     return measure
 
 
-def ratio(name: str, num: dict[str, Any], den: dict[str, Any], invert: bool = False) -> Measure:
-    """``name`` of the ``num`` row ÷ ``name`` of the ``den`` row (or den ÷ num with ``invert``),
-    paired by round where the rows were timed in turn (:func:`~plga.bench.rows.row_ratio`)."""
-    def one(rows: list[Row]) -> Ratio | None:
-        a, b = find(rows, **num), find(rows, **den)
-        if a is None or b is None:
-            return None
-        return row_ratio(b, a, name) if invert else row_ratio(a, b, name)
-
+def from_ratio(one: Callable[[list[Row]], Ratio | None]) -> Measure:
+    """The value of the ratio ``one(rows)``; its ``why`` says how it was paired (:meth:`Ratio.note`)."""
     def measure(rows: list[Row]) -> float | None:
         r = one(rows)
         return None if r is None else r.value
@@ -132,6 +125,18 @@ def ratio(name: str, num: dict[str, Any], den: dict[str, Any], invert: bool = Fa
 
     measure.why = why  # type: ignore[attr-defined]
     return measure
+
+
+def ratio(name: str, num: dict[str, Any], den: dict[str, Any], invert: bool = False) -> Measure:
+    """``name`` of the ``num`` row ÷ ``name`` of the ``den`` row (or den ÷ num with ``invert``),
+    paired by round where the rows were timed in turn (:func:`~plga.bench.rows.row_ratio`)."""
+    def one(rows: list[Row]) -> Ratio | None:
+        a, b = find(rows, **num), find(rows, **den)
+        if a is None or b is None:
+            return None
+        return row_ratio(b, a, name) if invert else row_ratio(a, b, name)
+
+    return from_ratio(one)
 
 
 def slowest(values: Callable[[list[Row]], list[tuple[float, Row, str]]]) -> Measure:
@@ -202,14 +207,9 @@ def _audit_ratio(rows: list[Row]) -> Ratio | None:
     return None if ref is None or tor is None else row_ratio(ref, tor, "median_s")
 
 
-def audit_speed(rows: list[Row]) -> float | None:
-    """The reference audit's time ÷ the torch audit's (built-in model; the two take their runs in
-    turn, so the ratio is paired by round: :func:`~plga.bench.rows.row_ratio`)."""
-    r = _audit_ratio(rows)
-    return None if r is None else r.value
-
-
-audit_speed.why = lambda rows: "" if (r := _audit_ratio(rows)) is None else r.note()  # type: ignore[attr-defined]
+#: The reference audit's time ÷ the torch audit's (built-in model; the two take their runs in
+#: turn, so the ratio is paired by round: :func:`~plga.bench.rows.row_ratio`).
+audit_speed = from_ratio(_audit_ratio)
 
 
 def captured_tokens_agree(rows: list[Row]) -> float | None:
