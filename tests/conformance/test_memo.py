@@ -78,11 +78,12 @@ def test_remembered_computes_once_a_run_and_hands_out_copies():
         assert len(calls) == 5
 
 
-def test_a_run_keeps_the_truth_of_a_case_once():
+def test_a_run_keeps_the_truth_of_a_case_once(monkeypatch):
     """Through the oracle: the float64 truth of one case is computed once a run, and a control
     the memo could hide (another dtype's weights, another mode) is computed anew."""
     from plga.conformance import oracle
     from plga.reference import decoder
+    from plga.reference.checkpoint import random_params
 
     seen = []
     real = decoder.generate
@@ -91,21 +92,14 @@ def test_a_run_keeps_the_truth_of_a_case_once():
         seen.append(args[4])
         return real(*args, **kwargs)
 
+    monkeypatch.setattr(decoder, "generate", spy)
     config = PLDRConfig.from_name("tiny")
-    from plga.reference.checkpoint import random_params
-
-    params = random_params(config, seed=0)
-    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in params.items()}
+    state = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in random_params(config, seed=0).items()}
     prompt = np.array([[5, 6, 7]])
-    mp = pytest.MonkeyPatch()
-    mp.setattr(decoder, "generate", spy)
-    try:
-        with memo.scope():
-            a = oracle.truth_generate(state, config, prompt, 2, "kv")
-            b = oracle.truth_generate({k: v.clone() for k, v in state.items()}, config, prompt, 2, "kv")
-            oracle.truth_generate(state, config, prompt, 2, "kvg")
-            oracle.truth_generate({k: v.to(torch.bfloat16) for k, v in state.items()}, config, prompt, 2, "kv")
-    finally:
-        mp.undo()
+    with memo.scope():
+        a = oracle.truth_generate(state, config, prompt, 2, "kv")
+        b = oracle.truth_generate({k: v.clone() for k, v in state.items()}, config, prompt, 2, "kv")
+        oracle.truth_generate(state, config, prompt, 2, "kvg")
+        oracle.truth_generate({k: v.to(torch.bfloat16) for k, v in state.items()}, config, prompt, 2, "kv")
     assert seen == ["kv", "kvg", "kv"]
     assert np.array_equal(a.tokens, b.tokens) and a.tokens is not b.tokens
