@@ -20,14 +20,21 @@ from __future__ import annotations
 import contextlib
 import inspect
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from . import eager as eg
-from . import oracle
+from . import memo, oracle
 from .adapter import Adapter, ForwardOutput, GenerateOutput, NotProvided, adapter_factory
+
+#: The most models a :class:`KernelsAdapter` keeps loaded (a quick run cycles through ~40 per dtype,
+#: three dtypes in turn), and the parameter bytes they may hold
+#: besides the latest one (a quick run's models are ≤ a few MB each; a real checkpoint's one).
+MAX_MODELS = 160
+MAX_MODEL_BYTES = 512 * 2**20
 
 _CACHE_CAPS = frozenset({"forward", "collapsed", "cache_nocache", "cache_kv", "cache_kvg"})
 
@@ -131,8 +138,8 @@ class KernelsAdapter(Adapter):
     ``forward`` → ``PLDRModel.from_reference(params, config, dtype=…, device=…)`` then
     ``model(tokens, logits="all", deductive=True, G=constant_g)`` (G_LM read from the
     deductive dicts); ``generate`` → ``model.generate(prompt, n, mode, G=constant_g,
-    return_step_logits=True)`` with modes nocache | kv | kvg | collapsed.
-    Only what the package defines is declared.
+    return_step_logits=True)`` with modes nocache | kv | kvg | collapsed. One model per weights
+    content and config, kept loaded (:meth:`_model`). Only what the package defines is declared.
     """
 
     def __init__(self, backend: str | None = None, *, captured: bool = False, at_scale: bool = False) -> None:
@@ -185,7 +192,8 @@ class KernelsAdapter(Adapter):
         self.dtypes = ("float64", "float32", "bfloat16")
         self.dtype_policy = ("attention in the input dtype (q' = q G rounded once); operator chain in float32 or wider "
                              "(bf16/fp16 upcast)")
-        self._models: dict[str, Any] = {}
+        self._models: OrderedDict[bytes, Any] = OrderedDict()  # content digest → model, least recently used first
+        self._model_bytes: dict[bytes, int] = {}
         self._set_up_native()
 
     def _set_up_native(self) -> None:
@@ -226,17 +234,31 @@ class KernelsAdapter(Adapter):
         return smallest()
 
     def _model(self, state_dict: Mapping[str, Any], config: Any) -> Any:
-        # one model per state dict object; the dict itself is kept so its id cannot be reused
-        if self._models.get("state") is not state_dict:
-            if self._model_cls is None:
-                raise NotProvided("plga.kernels defines no PLDRModel")
-            ref = next(iter(state_dict.values()))
-            params = {k: v.detach().to("cpu").double().numpy() for k, v in state_dict.items()}
-            model = self._model_cls.from_reference(params, config, dtype=ref.dtype, device=ref.device)
-            if self.captured:
-                model.compile_decode = True
-            self._models = {"state": state_dict, "model": model.eval()}
-        return self._models["model"]
+        """The model of these weights and this config, built once and kept loaded: the suite hands
+        every call fresh copies of its weights (:mod:`.guard`), and a run asks for ~126 distinct
+        models ~965 times; building one costs 6–230 ms (a deep metric learner is up to ~1000
+        ``nn.Module``s). Models are keyed by content (values, dtypes, shapes, device, config), so
+        weights changed in place get a model of their own, and reused as a user reuses a loaded
+        model (state kept between calls is exercised). At most :data:`MAX_MODELS` are kept, and
+        those of at most :data:`MAX_MODEL_BYTES` of parameters besides the latest one."""
+        ref = next(iter(state_dict.values()))
+        key = memo.digest(state_dict, config, str(ref.device))
+        model = self._models.get(key)
+        if model is not None:
+            self._models.move_to_end(key)
+            return model
+        if self._model_cls is None:
+            raise NotProvided("plga.kernels defines no PLDRModel")
+        params = {k: v.detach().to("cpu").double().numpy() for k, v in state_dict.items()}
+        model = self._model_cls.from_reference(params, config, dtype=ref.dtype, device=ref.device)
+        if self.captured:
+            model.compile_decode = True
+        self._models[key] = model.eval()
+        self._model_bytes[key] = sum(v.numel() * v.element_size() for v in state_dict.values())
+        while len(self._models) > 1 and (len(self._models) > MAX_MODELS or sum(self._model_bytes.values()) > MAX_MODEL_BYTES):
+            oldest, _ = self._models.popitem(last=False)
+            del self._model_bytes[oldest]
+        return model
 
     def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:
         torch = _torch()

@@ -183,3 +183,64 @@ def test_the_kernels_adapters_build_the_native_kernels_when_loaded_not_inside_a_
     monkeypatch.setattr(K.native, "_load", lambda: calls.append(1) or served)
     resolve_impl(alias)
     assert calls == [1] and K.native._state["tried"] is True
+
+
+def _tiny_state(seed: int, dtype=torch.float32) -> tuple[dict, object]:
+    from plga.reference.checkpoint import random_params
+    from plga.reference.config import PLDRConfig
+
+    config = PLDRConfig.from_name("tiny")
+    return {k: torch.from_numpy(v).to(dtype) for k, v in random_params(config, seed).items()}, config
+
+
+def test_the_kernels_adapter_keeps_one_model_per_weights_content(monkeypatch):
+    """The suite hands every call fresh copies of its weights; the adapter builds one model per
+    content (not per dict object) and keeps it loaded. Weights changed in place are other
+    weights: an adapter that kept its model per dict object returns the stale model's logits
+    (the negative control below)."""
+    import plga.conformance.adapters as A
+
+    builds = []
+    real = K.PLDRModel.from_reference.__func__
+    monkeypatch.setattr(K.PLDRModel, "from_reference", classmethod(lambda cls, *a, **kw: builds.append(1) or real(cls, *a, **kw)))
+    adapter = A.KernelsAdapter()
+    state, config = _tiny_state(0)
+    tokens = torch.tensor([[1, 2, 3, 4]])
+    first = adapter.forward(state, config, tokens).logits
+    copy_ = {k: v.clone() for k, v in state.items()}
+    assert torch.equal(adapter.forward(copy_, config, tokens).logits, first) and len(builds) == 1
+    with torch.no_grad():
+        copy_["decoder.dec_layers.0.mha1.wq.weight"].mul_(2)
+    changed = adapter.forward(copy_, config, tokens).logits
+    assert len(builds) == 2 and not torch.equal(changed, first)
+    fresh = A.KernelsAdapter().forward({k: v.clone() for k, v in copy_.items()}, config, tokens).logits
+    assert torch.equal(changed, fresh)
+
+    class PerObject(A.KernelsAdapter):  # negative control: the model kept per dict object
+        def _model(self, state_dict, config):
+            if getattr(self, "_held", (None,))[0] is not state_dict:
+                self._held = (state_dict, super()._model(state_dict, config))
+            return self._held[1]
+
+    control = PerObject()
+    state2, _ = _tiny_state(0)
+    before = control.forward(state2, config, tokens).logits
+    with torch.no_grad():
+        state2["decoder.dec_layers.0.mha1.wq.weight"].mul_(2)
+    assert torch.equal(control.forward(state2, config, tokens).logits, before)  # stale: what the content key prevents
+
+
+def test_the_kernels_adapter_keeps_a_bounded_number_of_models(monkeypatch):
+    import plga.conformance.adapters as A
+
+    adapter = A.KernelsAdapter()
+    tokens = torch.tensor([[1, 2, 3]])
+    monkeypatch.setattr(A, "MAX_MODELS", 2)
+    for seed in range(3):
+        state, config = _tiny_state(seed)
+        adapter.forward(state, config, tokens)
+    assert len(adapter._models) == 2 and len(adapter._model_bytes) == 2
+    monkeypatch.setattr(A, "MAX_MODEL_BYTES", 0)  # the latest one is always kept
+    state, config = _tiny_state(7)
+    adapter.forward(state, config, tokens)
+    assert len(adapter._models) == 1 and adapter._model_bytes.keys() == adapter._models.keys()
