@@ -125,6 +125,32 @@ def test_guard_copies_inputs_and_reports_mutation():
         call_operation("forward", edits_state, state, None, torch.ones(1, 2))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64, torch.complex64])
+def test_the_guard_compares_inputs_bit_for_bit(dtype):
+    """NaNs left alone are no change; a zero's sign or a NaN's payload written over in place is
+    one (the values compare equal, the bits do not)."""
+    G = torch.tensor([[0.0, 1.0], [float("nan"), -2.0]]).to(dtype).repeat(2, 1, 1).transpose(1, 2)  # [[0, nan], [1, −2]], strided
+
+    def reads(q, k, v, G, **kw):
+        return torch.zeros_like(q)
+
+    def flips_zero(q, k, v, G, **kw):
+        (torch.view_as_real(G)[..., 0, 0, 0] if G.is_complex() else G[..., 0, 0]).mul_(-1)  # 0.0 → −0.0
+        return torch.zeros_like(q)
+
+    q = torch.zeros(1, 2, 1, 2, dtype=dtype)
+    call_operation("attention", reads, q, q, q, G, causal=False, key_padding_mask=None, scale=None)
+    with pytest.raises(InputMutated, match="`G`"):
+        call_operation("attention", flips_zero, q, q, q, G, causal=False, key_padding_mask=None, scale=None)
+    if dtype == torch.float32:
+        def repaints_nan(q, k, v, G, **kw):
+            G.view(torch.int32)[..., 0, 1] = torch.tensor(float("nan")).view(torch.int32) | 1  # another NaN
+            return torch.zeros_like(q)
+
+        with pytest.raises(InputMutated, match="`G`"):
+            call_operation("attention", repaints_nan, q, q, q, G, causal=False, key_padding_mask=None, scale=None)
+
+
 def test_mutating_kernel_fails_the_suite_with_a_named_input():
     from plga.conformance.controls import CONTROLS
 
