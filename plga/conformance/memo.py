@@ -37,6 +37,8 @@ _store: OrderedDict[bytes, Any] | None = None
 _tensor_digests: dict[int, tuple[Any, int, bytes]] = {}  # id → (weak reference, version, digest)
 #: The state dicts whose digests a run keeps (a case's few, a few MB at most each).
 MAX_STATES = 64
+#: The bytes of a state dict's values hashed in one update (small tensors concatenated).
+CHUNK_BYTES = 1 << 24
 _state_digests: OrderedDict[int, tuple[Any, tuple[Any, ...], bytes]] = OrderedDict()  # id → (state, fingerprint, digest)
 
 
@@ -50,7 +52,7 @@ def _feed(h: Any, x: Any) -> None:
         h.update(a.view(np.uint8).tobytes())
     elif _is_tensor(x):
         h.update(_tensor_digest(x))
-    elif isinstance(x, Mapping) and x and _store is not None and all(_is_tensor(v) for v in x.values()):
+    elif isinstance(x, Mapping) and x and all(_is_tensor(v) for v in x.values()):
         h.update(_state_digest(x))
     elif isinstance(x, Mapping):
         h.update(f"map:{len(x)};".encode())
@@ -74,21 +76,39 @@ def _is_tensor(x: Any) -> bool:
 
 def _state_digest(state: Mapping[str, Any]) -> bytes:
     """The digest of a mapping of tensors (a state dict: up to ~1400 tensors, the first part of
-    every key of its case), recomputed only when its entries changed: the same names, the same
-    tensor objects at the same versions give the digest kept for the mapping."""
+    every key of its case, and the key of a model the kernels adapter keeps). Inside
+    :func:`scope` it is recomputed only when the entries changed: the same names, the same tensor
+    objects at the same versions give the digest kept for the mapping. The names, dtypes and
+    shapes are hashed first, then the values, concatenated per dtype and device into updates of
+    up to :data:`CHUNK_BYTES`: a hash and five tensor operations per tensor took three times as
+    long for a state dict of small tensors."""
+    import torch
+
     fingerprint = tuple((k, id(v), v._version) for k, v in state.items())
     entry = _state_digests.get(id(state))
     if entry is not None and entry[0] is state and entry[1] == fingerprint:
         _state_digests.move_to_end(id(state))
         return entry[2]
+    names = sorted(state, key=str)
     h = hashlib.blake2b(f"state:{len(state)};".encode(), digest_size=32)
-    for k in sorted(state, key=str):
-        _feed(h, k)
-        h.update(_tensor_digest(state[k]))
+    h.update("".join(f"{k!r}:{state[k].dtype}:{tuple(state[k].shape)};" for k in names).encode())
+    chunk: list[Any] = []  # consecutive tensors of one dtype and device, flattened
+    size = 0
+    with torch.no_grad():
+        for i, k in enumerate(names):
+            t = state[k]
+            chunk.append(t.reshape(-1))
+            size += t.numel() * t.element_size()
+            last = i == len(names) - 1
+            if last or size >= CHUNK_BYTES or (state[names[i + 1]].dtype, state[names[i + 1]].device) != (t.dtype, t.device):
+                flat = chunk[0] if len(chunk) == 1 else torch.cat(chunk)  # [values]
+                h.update(flat.cpu().contiguous().view(torch.uint8).numpy())
+                chunk, size = [], 0
     out = h.digest()
-    _state_digests[id(state)] = (state, fingerprint, out)  # held, so its id is not reused while kept
-    if len(_state_digests) > MAX_STATES:
-        _state_digests.popitem(last=False)
+    if _store is not None:  # held, so its id is not reused while kept
+        _state_digests[id(state)] = (state, fingerprint, out)
+        if len(_state_digests) > MAX_STATES:
+            _state_digests.popitem(last=False)
     return out
 
 

@@ -40,6 +40,24 @@ def test_digest_tells_apart_every_difference_in_content(scoped):
             memo.digest(object())
 
 
+@pytest.mark.parametrize("chunk", [1, 1 << 24])
+def test_a_state_dict_digest_keeps_the_boundaries_between_tensors(monkeypatch, chunk):
+    """A state dict's values are hashed concatenated (per dtype and device, in updates of up to
+    ``CHUNK_BYTES``): the names, dtypes and shapes hashed before them keep the tensors apart."""
+    monkeypatch.setattr(memo, "CHUNK_BYTES", chunk)
+    t = torch.tensor
+    split = lambda a, b: {"a": t(a), "b": t(b)}  # noqa: E731
+    assert memo.digest(split([1.0, 2.0], [3.0])) == memo.digest(split([1.0, 2.0], [3.0]))
+    assert memo.digest(split([1.0, 2.0], [3.0])) != memo.digest(split([1.0], [2.0, 3.0]))  # same bytes in a row
+    assert memo.digest({"a": t([1.0])}) != memo.digest({"c": t([1.0])})  # a name
+    mixed = {"a": t([1.0]), "b": t([1], dtype=torch.int32), "c": t([True]), "d": t([2.0], dtype=torch.float64)}
+    assert memo.digest(mixed) == memo.digest({k: v.clone() for k, v in mixed.items()})
+    assert memo.digest(mixed) != memo.digest({**mixed, "b": mixed["b"].view(torch.float32)})  # the same bits as another dtype
+    strided = torch.arange(6.0).reshape(2, 3).t()
+    assert memo.digest({"a": strided}) == memo.digest({"a": strided.contiguous()})  # values, not layout
+    assert memo.digest({"w": t([1.0, 2.0], requires_grad=True)}) == memo.digest({"w": t([1.0, 2.0])})
+
+
 def test_a_state_changed_in_place_is_digested_again():
     """Inside a run the digests of tensors and state dicts are kept: an in-place change (its
     version moves), a replaced entry or a new key gives a new digest."""
