@@ -3,6 +3,8 @@ would silently lose one that is not), and the shipped data is declared as packag
 
 from __future__ import annotations
 
+import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -59,3 +61,71 @@ def test_the_native_kernel_source_ships():
     for rel in sources:
         assert any(Path(rel).match(p) for p in patterns), f"kernels/{rel} is not package data"
     assert not any(Path("csrc/helper.h").match(p) for p in patterns)
+
+
+def _project_table() -> dict:
+    if sys.version_info < (3, 11):
+        pytest.skip("tomllib needs Python ≥ 3.11")
+    import tomllib
+
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+
+
+#: What the main job imports, as `plga verify` runs it: the command line, the theorem checks and
+#: the conformance suite with the project's kernels.
+_MAIN_JOB = """
+import plga.cli, plga.proofs_bridge.runner, plga.proofs_bridge.symbolic, plga.proofs_bridge.parser
+import plga.conformance.verify, plga.conformance.runner, plga.conformance.checks, plga.conformance.adapters
+import plga.kernels
+plga.cli.build_parser()
+"""
+
+
+def _imports_with_only(allowed: set[str], cwd: Path) -> subprocess.CompletedProcess:
+    """Run :data:`_MAIN_JOB` where no installed distribution can be imported but ``allowed``,
+    torch (installed apart) and what they require."""
+    blocker = f"""
+import re, sys, importlib.abc, importlib.metadata as md
+norm = lambda n: re.sub(r"[-_.]+", "-", n).lower()
+allowed, todo = set(), list({sorted(allowed | {"torch"})!r})
+while todo:  # the allowed distributions and what they require (extras aside)
+    name = norm(todo.pop())
+    if name in allowed:
+        continue
+    allowed.add(name)
+    try:
+        reqs = md.requires(name) or []
+    except md.PackageNotFoundError:
+        continue
+    todo.extend(re.match(r"[A-Za-z0-9._-]+", r).group(0) for r in reqs if "extra ==" not in r)
+
+def tops(dist):
+    listed = (dist.read_text("top_level.txt") or "").split()
+    if listed:
+        return listed
+    return {{f.parts[0].split(".")[0] for f in dist.files or [] if not f.parts[0].endswith((".dist-info", ".data", ".pth"))
+            and f.parts[0] != "__pycache__"}}
+mine = ("plga", "reference", "kernels", "proofs_bridge", "formal")
+blocked = {{t for d in md.distributions() if norm(d.metadata["Name"]) not in allowed for t in tops(d) if t not in mine}}
+class Block(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in blocked:
+            raise ImportError(f"blocked: {{name}} (not a core dependency)")
+        return None
+sys.meta_path.insert(0, Block())
+"""
+    # run elsewhere than the checkout: its top-level folders would shadow the installed mapping
+    return subprocess.run([sys.executable, "-c", blocker + _MAIN_JOB], capture_output=True, text=True, timeout=300, cwd=cwd)
+
+
+def test_the_main_job_needs_only_the_core_dependencies(tmp_path):
+    """`pip install -e .` (no extra) and torch must run `plga verify`: its imports stay inside
+    the core dependencies (before: Hypothesis was in the test extra only, and every `plga`
+    command, `--help` included, ended in a traceback). Negative control: without Hypothesis among
+    them the same imports fail."""
+    deps = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in _project_table()["dependencies"]}
+    assert {"hypothesis", "lark", "sympy"} <= deps
+    ok = _imports_with_only(deps, tmp_path)
+    assert ok.returncode == 0, ok.stderr[-2000:]
+    control = _imports_with_only(deps - {"hypothesis"}, tmp_path)
+    assert control.returncode != 0 and "blocked: hypothesis" in control.stderr
