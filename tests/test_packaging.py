@@ -13,12 +13,16 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 
 
-def _setuptools_table() -> dict:
+def _pyproject() -> dict:
     if sys.version_info < (3, 11):
         pytest.skip("tomllib needs Python ≥ 3.11")
     import tomllib
 
-    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _setuptools_table() -> dict:
+    return _pyproject()["tool"]["setuptools"]
 
 
 def _packages_on_disk(package_dir: dict[str, str]) -> set[str]:
@@ -61,14 +65,6 @@ def test_the_native_kernel_source_ships():
     for rel in sources:
         assert any(Path(rel).match(p) for p in patterns), f"kernels/{rel} is not package data"
     assert not any(Path("csrc/helper.h").match(p) for p in patterns)
-
-
-def _project_table() -> dict:
-    if sys.version_info < (3, 11):
-        pytest.skip("tomllib needs Python ≥ 3.11")
-    import tomllib
-
-    return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
 
 
 #: What the main job imports, as `plga verify` runs it: the command line, the theorem checks and
@@ -123,7 +119,7 @@ def test_the_main_job_needs_only_the_core_dependencies(tmp_path):
     the core dependencies (before: Hypothesis was in the test extra only, and every `plga`
     command, `--help` included, ended in a traceback). Negative control: without Hypothesis among
     them the same imports fail."""
-    deps = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in _project_table()["dependencies"]}
+    deps = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in _pyproject()["project"]["dependencies"]}
     assert {"hypothesis", "lark", "sympy"} <= deps
     ok = _imports_with_only(deps, tmp_path)
     assert ok.returncode == 0, ok.stderr[-2000:]
