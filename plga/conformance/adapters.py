@@ -192,8 +192,8 @@ class KernelsAdapter(Adapter):
         self.dtypes = ("float64", "float32", "bfloat16")
         self.dtype_policy = ("attention in the input dtype (q' = q G rounded once); operator chain in float32 or wider "
                              "(bf16/fp16 upcast)")
-        self._models: OrderedDict[bytes, Any] = OrderedDict()  # content digest → model, least recently used first
-        self._model_bytes: dict[bytes, int] = {}
+        # content digest → (model, parameter bytes), least recently used first
+        self._models: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         self._set_up_native()
 
     def _set_up_native(self) -> None:
@@ -243,21 +243,18 @@ class KernelsAdapter(Adapter):
         those of at most :data:`MAX_MODEL_BYTES` of parameters besides the latest one."""
         ref = next(iter(state_dict.values()))
         key = memo.digest(state_dict, config, str(ref.device))
-        model = self._models.get(key)
-        if model is not None:
+        if key in self._models:
             self._models.move_to_end(key)
-            return model
+            return self._models[key][0]
         if self._model_cls is None:
             raise NotProvided("plga.kernels defines no PLDRModel")
         params = {k: v.detach().to("cpu").double().numpy() for k, v in state_dict.items()}
         model = self._model_cls.from_reference(params, config, dtype=ref.dtype, device=ref.device)
         if self.captured:
             model.compile_decode = True
-        self._models[key] = model.eval()
-        self._model_bytes[key] = sum(v.numel() * v.element_size() for v in state_dict.values())
-        while len(self._models) > 1 and (len(self._models) > MAX_MODELS or sum(self._model_bytes.values()) > MAX_MODEL_BYTES):
-            oldest, _ = self._models.popitem(last=False)
-            del self._model_bytes[oldest]
+        self._models[key] = (model.eval(), sum(v.numel() * v.element_size() for v in state_dict.values()))
+        while len(self._models) > 1 and (len(self._models) > MAX_MODELS or sum(n for _, n in self._models.values()) > MAX_MODEL_BYTES):
+            self._models.popitem(last=False)
         return model
 
     def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *, constant_g: Sequence[Any] | None = None) -> ForwardOutput:

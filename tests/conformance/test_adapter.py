@@ -265,8 +265,8 @@ def test_the_kernels_adapter_keeps_a_bounded_number_of_models(monkeypatch):
     for seed in range(3):
         state, config = _tiny_state(seed)
         adapter.forward(state, config, tokens)
-    assert len(adapter._models) == 2 and len(adapter._model_bytes) == 2
+    assert len(adapter._models) == 2
     monkeypatch.setattr(A, "MAX_MODEL_BYTES", 0)  # the latest one is always kept
     state, config = _tiny_state(7)
     adapter.forward(state, config, tokens)
-    assert len(adapter._models) == 1 and adapter._model_bytes.keys() == adapter._models.keys()
+    assert len(adapter._models) == 1 and next(iter(adapter._models.values()))[1] > 0
