@@ -8,8 +8,9 @@ implementation under test. Those computations are pure functions of their inputs
 keeps their results, keyed by a digest of the inputs' contents (values, dtypes, shapes, the
 config), and hands out deep copies.
 
-Only inside :func:`scope` (one :func:`~plga.conformance.runner.check_kernel` run); elsewhere
-every call computes afresh. Nothing the implementation returns is kept: the keys are the
+Only inside :func:`scope` (one :func:`~plga.conformance.runner.check_kernel` run, or one module
+of the shipped suite under pytest: the plugin's ``plga_suite_memo`` fixture); elsewhere every
+call computes afresh. Nothing the implementation returns is kept: the keys are the
 suite's own inputs, and the implementation only ever sees copies of them
 (:mod:`plga.conformance.guard`).
 """

@@ -5,7 +5,7 @@ neither torch nor the kernels until a test asks for the ``plga_impl`` fixture or
 runs the shipped suite. It provides ``--plga-impl`` (the one switch, also ``$PLGA_IMPL``),
 ``--plga-profile`` (``quick`` | ``ci`` | ``thorough``, also ``$PLGA_PROFILE``; ``$CI`` → ci),
 ``--plga-xfails-file`` (test-id substrings with reasons, one per line: ``substring  # reason``),
-the ``plga_impl`` fixture, and the report header (implementation, version, device, dtype
+the ``plga_impl`` fixture, the shipped suite's ``plga_suite_memo`` fixture, and the report header (implementation, version, device, dtype
 policy, capabilities, profile and every ``PLGA_*`` variable).
 """
 
@@ -95,3 +95,15 @@ def plga_impl() -> Any:
     from .adapter import resolve_impl
 
     return resolve_impl()
+
+
+@pytest.fixture(scope="module")
+def plga_suite_memo() -> Any:
+    """The suite's own results (the float64 truth, the eager baselines) kept while one module of
+    the shipped suite runs (:func:`plga.conformance.memo.scope`), as ``plga conformance`` keeps
+    them for a run: the checks of a group repeat the same boundary cases. Per module, so that
+    no other test of the session runs inside the scope."""
+    from .memo import scope
+
+    with scope():
+        yield
