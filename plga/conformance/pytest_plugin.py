@@ -5,8 +5,9 @@ neither torch nor the kernels until a test asks for the ``plga_impl`` fixture or
 runs the shipped suite. It provides ``--plga-impl`` (the one switch, also ``$PLGA_IMPL``),
 ``--plga-profile`` (``quick`` | ``ci`` | ``thorough``, also ``$PLGA_PROFILE``; ``$CI`` → ci),
 ``--plga-xfails-file`` (test-id substrings with reasons, one per line: ``substring  # reason``),
-the ``plga_impl`` fixture, the shipped suite's ``plga_suite_memo`` fixture, and the report header (implementation, version, device, dtype
-policy, capabilities, profile and every ``PLGA_*`` variable).
+the ``plga_impl`` fixture, the shipped suite's ``plga_suite_memo`` fixture, and the report
+header (implementation, version, device, dtype policy, capabilities, profile and every
+``PLGA_*`` variable).
 """
 
 from __future__ import annotations
