@@ -31,8 +31,8 @@ def _pytest(args: list[str], cwd: Path, extra_path: Path | None = None) -> subpr
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
 
 
-def _shipped(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return _pytest(["--pyargs", "plga.conformance.suite", *args], tmp_path)
+def _shipped(tmp_path: Path, *args: str, extra_path: Path | None = None) -> subprocess.CompletedProcess[str]:
+    return _pytest(["--pyargs", "plga.conformance.suite", *args], tmp_path, extra_path)
 
 
 def test_the_shipped_suite_under_pytest_passes_a_correct_kernel_and_fails_a_wrong_one(tmp_path):
@@ -99,8 +99,7 @@ def test_the_shipped_suite_keeps_its_own_results_per_module(tmp_path, monkeypatc
     out = tmp_path / "records.json"
     monkeypatch.setenv("MEMO_PROBE_OUT", str(out))
     # test_chain.py runs before test_decoder.py (collection order)
-    run = _pytest(["--pyargs", "plga.conformance.suite", "-p", "memo_probe", "-k",
-                   "(operator_chain and float64) or forward_golden"], tmp_path, extra_path=tmp_path)
+    run = _shipped(tmp_path, "-p", "memo_probe", "-k", "(operator_chain and float64) or forward_golden", extra_path=tmp_path)
     assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
     records = json.loads(out.read_text())
     chain = [r for r in records if "test_chain" in r["test"]]
