@@ -62,7 +62,7 @@ class ModelOutput:
     """
 
     logits: Tensor | None
-    hidden: Tensor  # [B, S, D] decoder output before final_layer
+    hidden: Tensor  # [B, S, D] decoder output before final_layer ([B, 1, D] for logits="last", fused backend)
     deductive: list[dict[str, Tensor]] | None = None
 
 
@@ -96,6 +96,7 @@ class _Pass:
     deductive: bool = False
     guard: FiniteGuard | None = None
     guard_last_only: bool = False  # generate's own steps: only the last layer's hidden state
+    last_row_only: bool = False  # logits="last": the last layer's attention and feed-forward at the last row only
 
 
 class _NoRandomFills(TorchFunctionMode):
@@ -116,7 +117,8 @@ class PLDRModel(nn.Module):
     """The PLDR-LLM v510 decoder (docs/spec.md §2) with fused PLGA attention and static caches.
 
     Non-finite values are never returned silently: every forward and step checks the deductive
-    tensors (A, A_LM, A_P, G_LM) and the hidden state of every layer and raises
+    tensors (A, A_LM, A_P, G_LM) and the hidden state of every layer (of a pass returning the
+    last logits, the last layer's computed row) and raises
     :class:`~plga.errors.NonFiniteError` naming the layer and heads (one device sync per call;
     the captured steps of a generation are checked together after the last one, so that no
     sync stalls a CUDA graph's replays).
@@ -511,7 +513,13 @@ class PLDRModel(nn.Module):
         return layer.layernorm2(f + h1)
 
     def _layer(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, dict[str, Tensor] | None]:
-        """One post-LN layer: q, k, v → operator G → cache → attention → feed-forward."""
+        """One post-LN layer: q, k, v → operator G → cache → attention → feed-forward.
+
+        With ``p.last_row_only`` (a pass whose only output is the last position's logits) the
+        last layer forms q, k, v, its operator and its cache entries from every row, as the
+        Gram and the keys need, and then attends and feeds forward at the last row alone: the
+        other rows of the last layer reach no output (at paper-110m, b8 × 1024 tokens, 15 % of
+        a prefill's products)."""
         packed = None if p.weights is None else p.weights[i]
         q, k, v = self._qkv(i, h, p, packed)
         ops = self._operator(i, q, p)
@@ -521,12 +529,15 @@ class PLDRModel(nn.Module):
             for name, t in zip(DEDUCTIVE, ops, strict=True):
                 guard.add(i, name, t)
         keys, vals = self._keys_values(i, k, v, ops, p)
+        q_rows, h_rows = q, h  # the rows attending and fed forward
+        if p.last_row_only and i == self.config.num_layers - 1 and h.shape[1] > 1:
+            q_rows, h_rows = q[:, :, -1:], h[:, -1:]  # [B, H, 1, d], [B, 1, D]: all the last logits read
         if g is None:  # a captured kv step: q G_LM without G_LM (a d³ product per matrix saved)
             assert ops[2] is not None and guard is None and not p.deductive
-            attn = self._attend(self.decoder.dec_layers[i].mha1.apply_power_g(q, ops[2]), keys, vals, None, p)
+            attn = self._attend(self.decoder.dec_layers[i].mha1.apply_power_g(q_rows, ops[2]), keys, vals, None, p)
         else:
-            attn = self._attend(q, keys, vals, g, p)
-        out = self._feed_forward(i, attn, h, packed)
+            attn = self._attend(q_rows, keys, vals, g, p)
+        out = self._feed_forward(i, attn, h_rows, packed)
         if guard is not None:
             guard.add(i, "the hidden state", out)
         if not p.deductive:
@@ -597,7 +608,10 @@ class PLDRModel(nn.Module):
         """Full forward on token ids [B, S] (id 0 = padding, unless ``key_padding`` says otherwise).
 
         ``logits``: "all" → [B, S, V]; "last" → [B, V]; an index tensor [n] or [B, n] → [B, n, V];
-        None → no vocab projection. ``deductive=True`` also returns per-layer A, A_LM, A_P,
+        None → no vocab projection. With "last" on the fused backend the last layer attends and
+        feeds forward at the last position only (no other row of it reaches the logits), so
+        ``hidden`` is then [B, 1, D]; the deductive tensors and the cache are those of every
+        position. ``deductive=True`` also returns per-layer A, A_LM, A_P,
         G_LM and the unmasked scores. ``G`` (per-layer constant operators, or "identity")
         replaces the metric learner; a collapsed model uses its stored G. ``backend`` "sdpa"
         (fused; without autograd on packed weight copies) or "eager" (the published algorithm:
@@ -626,6 +640,7 @@ class PLDRModel(nn.Module):
             start=0, operators=self._operators(G, b), mode=None, cache=cache, key_padding=key_padding,
             backend=backend, **self._packed_fields(backend, 0, s, b), deductive=deductive,
             guard=FiniteGuard() if self.check_finite else None,
+            last_row_only=isinstance(logits, str) and logits == "last" and backend == "sdpa",
         )
         out, h, ded = self._run(tokens, p, logits)
         if cache is not None:
@@ -699,6 +714,7 @@ class PLDRModel(nn.Module):
             start=t0, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
             backend=backend, **fields,
             guard=FiniteGuard(deductive=not trusted) if self.check_finite else None, guard_last_only=trusted,
+            last_row_only=isinstance(logits, str) and logits == "last" and backend == "sdpa",
         )
         out, _, _ = self._run(tokens, p, logits)
         cache.length += s
@@ -714,6 +730,7 @@ class PLDRModel(nn.Module):
         p = _Pass(
             start=0, operators=operators, mode=None, cache=None, key_padding=pad if bool(pad.any()) else None,
             backend="sdpa", **_rows_of(fields, 0, tokens.shape[1]), guard=FiniteGuard() if self.check_finite else None,
+            last_row_only=True,
         )
         logits, _, _ = self._run(tokens, p, "last")
         assert logits is not None

@@ -68,6 +68,7 @@ def forward_flops(
     operator: str = "full",
     logits: str | int = "all",
     causal_pairs: bool = True,
+    last_row_only: bool = False,
 ) -> FlopBreakdown:
     """Matmul FLOPs of one forward over ``seq`` new tokens after ``start`` cached ones.
 
@@ -87,6 +88,11 @@ def forward_flops(
 
     ``causal_pairs=False`` counts the full S×(start+S) score block (what an eager
     implementation computes, masked entries included); True counts only causal pairs.
+
+    ``last_row_only`` (with ``logits="last"``: what the kernels' fused path computes) counts the
+    last layer's q, k, v, Gram, metric learner and power stage over every row but its output
+    projection, q' = q̃ G, scores, attention and feed-forward at the last row alone (one query
+    over start + S keys).
     """
     c = config
     if operator not in OPERATOR_MODES:
@@ -104,21 +110,26 @@ def forward_flops(
         n_logits = logits
     else:
         raise ValueError(f"logits must be 'all', 'last', 'none' or an int in [0, seq]; got {logits!r}")
-    pairs = attention_pairs(s, start, causal=causal_pairs)
+    if last_row_only and logits != "last":
+        raise ValueError(f"last_row_only counts a pass whose output is the last logits: needs logits='last', got {logits!r}")
     units = c.num_reslayerA * c.num_denseA
-    per_layer = FlopBreakdown(
-        projections=4 * 2 * b * s * dm * dm,
-        gram=2 * b * h * s * d * d if operator == "full" else 0,
-        metric_learner=units * 6 * (b * h * d) * d * c.A_dff if operator == "full" else 0,
-        power_stage=2 * 2 * b * h * d**3 if operator in ("full", "kv") else 0,
-        apply_g=2 * b * h * s * d * d,
-        scores=2 * b * h * pairs * d,
-        attention=2 * b * h * pairs * d,
-        ffn=3 * 2 * b * s * dm * c.dff,
-    )
+
+    def layer(rows: int) -> FlopBreakdown:  # ``rows``: the rows that attend and are fed forward
+        pairs = attention_pairs(s, start, causal=causal_pairs) if rows == s else rows * (start + s)
+        return FlopBreakdown(
+            projections=3 * 2 * b * s * dm * dm + 2 * b * rows * dm * dm,
+            gram=2 * b * h * s * d * d if operator == "full" else 0,
+            metric_learner=units * 6 * (b * h * d) * d * c.A_dff if operator == "full" else 0,
+            power_stage=2 * 2 * b * h * d**3 if operator in ("full", "kv") else 0,
+            apply_g=2 * b * h * rows * d * d,
+            scores=2 * b * h * pairs * d,
+            attention=2 * b * h * pairs * d,
+            ffn=3 * 2 * b * rows * dm * c.dff,
+        )
+
     total = FlopBreakdown()
-    for _ in range(c.num_layers):
-        total = total + per_layer
+    for i in range(c.num_layers):
+        total = total + layer(min(s, 1) if last_row_only and i == c.num_layers - 1 else s)
     return total + FlopBreakdown(vocab=2 * b * n_logits * dm * c.input_vocab_size)
 
 
@@ -132,6 +143,7 @@ def generate_flops(
     prompt_logits: str = "last",
     step_logits: str = "last",
     causal_pairs: bool = True,
+    last_row_only: bool = False,
 ) -> FlopBreakdown:
     """Matmul FLOPs of greedy decoding ``new_tokens`` after a ``prompt``-token prompt.
 
@@ -139,18 +151,26 @@ def generate_flops(
     ``step_logits`` logits ("all" is the published loop). ``kv``/``kvg``: a full prompt
     pass (``prompt_logits``) then N−1 one-token cached steps (operator ``kv``/``kvg``);
     ``collapsed``: the same with a constant G everywhere. The N-th token needs no step.
+    ``last_row_only``: every pass with ``"last"`` logits trims its last layer
+    (:func:`forward_flops`), as the kernels' fused path does.
     """
+
+    def trim(logits: str) -> bool:
+        return last_row_only and logits == "last"
+
     if new_tokens < 1:
         raise ValueError(f"new_tokens must be ≥ 1, got {new_tokens}")
     total = FlopBreakdown()
     if mode == "nocache":
         for n in range(new_tokens):
-            total = total + forward_flops(config, batch, prompt + n, logits=step_logits, causal_pairs=causal_pairs)
+            total = total + forward_flops(config, batch, prompt + n, logits=step_logits, causal_pairs=causal_pairs,
+                                          last_row_only=trim(step_logits))
         return total
     if mode not in ("kv", "kvg", "collapsed"):
         raise ValueError(f"unknown decoding mode {mode!r}")
     first = "collapsed" if mode == "collapsed" else "full"
-    total = forward_flops(config, batch, prompt, operator=first, logits=prompt_logits, causal_pairs=causal_pairs)
+    total = forward_flops(config, batch, prompt, operator=first, logits=prompt_logits, causal_pairs=causal_pairs,
+                          last_row_only=trim(prompt_logits))
     for n in range(1, new_tokens):
         total = total + forward_flops(config, batch, 1, start=prompt + n - 1, operator=mode, logits=step_logits)
     return total

@@ -186,14 +186,16 @@ def case_flops(spec: dict[str, Any]) -> FL.FlopBreakdown:
     """Matmul FLOPs of one run of a case, as that implementation computes it."""
     c = config_of(spec["config"])
     impl = spec["impl"]
-    causal = impl in ("fused", "collapsed")  # eager paths multiply the whole S×T block
-    if spec["kind"] == "prefill":
+    causal = impl in ("fused", "collapsed")  # eager paths multiply the whole S×T block; the fused path
+    if spec["kind"] == "prefill":  # also trims its last layer to the last row where it returns the last logits
         op = "collapsed" if impl == "collapsed" else "full"
-        return FL.forward_flops(c, spec["batch"], spec["seq"], operator=op, logits=spec.get("logits", "all"), causal_pairs=causal)
+        logits = spec.get("logits", "all")
+        return FL.forward_flops(c, spec["batch"], spec["seq"], operator=op, logits=logits, causal_pairs=causal,
+                                last_row_only=causal and logits == "last")
     logits = "last" if impl == "fused" else "all"
     return FL.generate_flops(
         c, spec["batch"], spec["seq"], spec["new_tokens"], spec["mode"],
-        prompt_logits=logits, step_logits=logits, causal_pairs=causal,
+        prompt_logits=logits, step_logits=logits, causal_pairs=causal, last_row_only=impl == "fused",
     )
 
 

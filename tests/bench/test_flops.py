@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -51,6 +52,27 @@ def test_last_logits_and_pairs():
     assert full.scores == 2 * 2 * 16 * 8
 
 
+def test_last_row_only_counted_by_hand():
+    # B = 1, S = 4, last logits, the one layer trimmed: q, k, v, Gram, metric learner and power
+    # stage over the 4 rows; output projection, q G, the last query's 4 pairs and the FFN at 1 row
+    fb = FL.forward_flops(TINY, 1, 4, logits="last", last_row_only=True)
+    assert fb.projections == 3 * 2 * 4 * 16 * 16 + 2 * 1 * 16 * 16 == 6656
+    assert (fb.gram, fb.metric_learner, fb.power_stage) == (1024, 18432, 4096)
+    assert fb.apply_g == 2 * 2 * 1 * 8 * 8 == 256
+    assert fb.scores == fb.attention == 2 * 2 * 4 * 8 == 128
+    assert fb.ffn == 3 * 2 * 1 * 16 * 24 == 2304
+    assert fb.vocab == 2 * 1 * 16 * 37 == 1184
+    assert fb.total == 34208
+    # after 3 cached rows the last query sees 3 + 4 keys, whatever the pair convention
+    for causal in (True, False):
+        assert FL.forward_flops(TINY, 1, 4, start=3, logits="last", last_row_only=True, causal_pairs=causal).scores == 2 * 2 * 7 * 8
+    two = dataclasses.replace(TINY, num_layers=2)  # only the last of two layers is trimmed
+    whole, trimmed = FL.forward_flops(two, 1, 4, logits="last"), FL.forward_flops(two, 1, 4, logits="last", last_row_only=True)
+    assert whole.total - trimmed.total == FL.forward_flops(TINY, 1, 4, logits="last").total - fb.total
+    with pytest.raises(ValueError, match="logits='last'"):
+        FL.forward_flops(TINY, 1, 4, logits="all", last_row_only=True)
+
+
 def test_generate_sums_its_forwards():
     n = FL.generate_flops(TINY, 1, 5, 3, "nocache")
     assert n.total == sum(FL.forward_flops(TINY, 1, s, logits="last").total for s in (5, 6, 7))
@@ -61,6 +83,14 @@ def test_generate_sums_its_forwards():
     assert kv.total == want
     col = FL.generate_flops(TINY, 1, 5, 1, "collapsed")
     assert col.total == FL.forward_flops(TINY, 1, 5, operator="collapsed", logits="last").total
+    # the fused path's passes with last logits trim their last layer; one-row steps have nothing to trim
+    n = FL.generate_flops(TINY, 1, 5, 3, "nocache", last_row_only=True)
+    assert n.total == sum(FL.forward_flops(TINY, 1, s, logits="last", last_row_only=True).total for s in (5, 6, 7))
+    kv_trimmed = FL.generate_flops(TINY, 2, 5, 3, "kv", last_row_only=True)
+    assert kv.total - kv_trimmed.total == (FL.forward_flops(TINY, 2, 5, logits="last").total
+                                           - FL.forward_flops(TINY, 2, 5, logits="last", last_row_only=True).total)
+    published = FL.generate_flops(TINY, 1, 5, 3, "nocache", step_logits="all", last_row_only=True)  # all logits: no trim
+    assert published.total == FL.generate_flops(TINY, 1, 5, 3, "nocache", step_logits="all").total
 
 
 @pytest.mark.parametrize("bad", [dict(operator="nope"), dict(operator="kv"), dict(logits="some")])
@@ -83,6 +113,28 @@ def test_matches_torch_flop_counter_on_the_eager_path():
     with torch.enable_grad(), FlopCounterMode(display=False) as counter:
         model(tokens, logits="all", backend="eager")
     assert counter.get_total_flops() == FL.forward_flops(TINY, 2, 5, causal_pairs=False).total
+
+
+def test_matches_torch_flop_counter_on_the_trimmed_last_logits_pass():
+    """The fused backend with last logits (autograd on: the module path, the same trim) runs
+    the products :func:`forward_flops` counts with ``last_row_only``; FlopCounterMode counts
+    the matrix products but not the CPU flash kernel, so the count is compared without the
+    scores and the attention. Control: the untrimmed count is larger by the trimmed rows."""
+    torch = pytest.importorskip("torch")
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from plga.kernels import PLDRModel
+    from plga.reference.checkpoint import random_params
+
+    model = PLDRModel.from_reference(random_params(TINY, 0), TINY)
+    tokens = torch.randint(1, 37, (2, 5), generator=torch.Generator().manual_seed(0))
+    with torch.enable_grad(), FlopCounterMode(display=False) as counter:
+        model(tokens, logits="last")
+    products = sum(v for k, v in counter.get_flop_counts()["Global"].items() if str(k) in ("aten.mm", "aten.addmm", "aten.bmm"))
+    fb = FL.forward_flops(TINY, 2, 5, logits="last", last_row_only=True)
+    assert products == fb.total - fb.scores - fb.attention
+    whole = FL.forward_flops(TINY, 2, 5, logits="last")
+    assert products < whole.total - whole.scores - whole.attention
 
 
 @pytest.mark.parametrize("name", ["tiny", "small", "paper-110m"])

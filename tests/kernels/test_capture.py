@@ -394,7 +394,9 @@ def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeyp
 
     fused, fused_calls = captured_with(1 << 40)
     nat, native_calls = captured_with(0)
-    assert fused_calls == 1  # the prompt pass's last-position vocabulary row, outside the graph
+    # outside the graph, the prompt pass's one-row products: the last layer's at the last position
+    # (output, gates, down: the rows the logits read) and the last position's vocabulary row
+    assert fused_calls == 3 + 1
     assert native_calls - fused_calls == (NEW - 1) * (4 * config.num_layers + 1)  # QKV, output, gates, down; vocabulary
     for got in (fused, nat):
         assert torch.equal(got.tokens, plain.tokens)
@@ -420,7 +422,9 @@ def test_few_row_float32_products_run_the_native_kernel_in_a_captured_step(monke
         patch.setitem(native._state, "serves", withheld)  # what the next prepare() reads
         fused, fused_calls = _captured_kernel_calls(model, BATCH)
     native.prepare(torch.float32)  # the real answer again for later tests
-    assert calls == 1 + (NEW - 1) * (4 * config.num_layers + 1)  # the prompt's last rows; QKV, output, gates, down, vocabulary
+    # the prompt pass's last rows (the last layer's output, gates and down, the vocabulary); then each step's
+    # QKV, output, gates and down in every layer, and the vocabulary
+    assert calls == 3 + 1 + (NEW - 1) * (4 * config.num_layers + 1)
     assert fused_calls == 0
     for out in (got, fused):
         assert torch.equal(out.tokens, plain.tokens)

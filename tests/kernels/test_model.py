@@ -178,6 +178,50 @@ def test_logit_selection():
         assert model(tokens, logits=None).logits is None
 
 
+def test_last_logits_pass_trims_only_the_last_layer(monkeypatch):
+    """With logits="last" the fused backend feeds forward every row of every layer but the last,
+    and only the last row there; logits, that row's hidden state, the deductive tensors and the
+    cache are those of the untrimmed pass (float64: equal to rounding; the tensors formed before
+    the trim bit for bit). The published algorithm (backend "eager") and other logits never trim."""
+    config = PLDRConfig(num_layers=3, d_model=16, num_heads=2, dff=24, A_dff=12, num_reslayerA=1, num_denseA=2,
+                        input_vocab_size=37, max_seq_len=64)
+    _, model = model_pair(config, 8)
+    tokens = torch.tensor([[5, 9, 1, 30, 2, 7], [0, 0, 3, 4, 5, 6]])  # one row left-padded
+    rows: list[int] = []
+    feed_forward = PLDRModel._feed_forward
+
+    def recorded(self, i, attn, h, w):
+        rows.append(h.shape[1])
+        return feed_forward(self, i, attn, h, w)
+
+    monkeypatch.setattr(PLDRModel, "_feed_forward", recorded)
+
+    def run(**kwargs):
+        rows.clear()
+        return model(tokens, **kwargs), list(rows)
+
+    with torch.no_grad():
+        (full, full_rows), (last, last_rows) = run(logits="all", deductive=True), run(logits="last", deductive=True)
+        assert (full_rows, last_rows) == ([6, 6, 6], [6, 6, 1])
+        assert run(logits="last", backend="eager")[1] == [6, 6, 6]
+        assert run(logits=torch.tensor([5]))[1] == [6, 6, 6]
+        assert_rel_close(last.logits, full.logits[:, -1], rtol=1e-13)
+        assert last.hidden.shape == (2, 1, 16)
+        assert_rel_close(last.hidden, full.hidden[:, -1:], rtol=1e-13)
+        for got, want in zip(last.deductive, full.deductive, strict=True):
+            assert got.keys() == want.keys() and all(torch.equal(got[k], want[k]) for k in got)
+        caches = [model.new_cache(2, 12) for _ in range(2)]
+        model(tokens, logits="all", cache=caches[0])
+        model(tokens, logits="last", cache=caches[1])
+        for a, b in zip(caches[0].layers, caches[1].layers, strict=True):
+            assert all(torch.equal(getattr(a, n), getattr(b, n)) for n in ("k", "v", "A", "A_LM", "G_LM"))
+        new = torch.tensor([[3, 8, 2], [11, 4, 6]])  # a cached step of three rows: its last layer trimmed too
+        rows.clear()
+        step_last = model.step(new, caches[1], "kv", logits="last")
+        assert rows == [3, 3, 1]
+        assert_rel_close(step_last, model.step(new, caches[0], "kv", logits="all")[:, -1], rtol=1e-13)
+
+
 @given(data=st.data())
 @FEW
 def test_custom_G_forward_matches_reference(data):
