@@ -362,8 +362,6 @@ def assert_bitwise_equal(actual: Any, expected: Any, *, what: str, note: str = "
         )
 
 
-
-
 #: The one fixed tolerance: a float64 implementation against the float64 reference, relative
 #: to the largest true value (both evaluate the same expressions in float64; 1e-10 leaves room
 #: for reduction-order differences and a power stage's amplification, and still catches any
