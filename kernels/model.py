@@ -96,7 +96,6 @@ class _Pass:
     deductive: bool = False
     guard: FiniteGuard | None = None
     guard_last_only: bool = False  # generate's own steps: only the last layer's hidden state
-    last_row_only: bool = False  # logits="last": the last layer's attention and feed-forward at the last row only
 
 
 class _NoRandomFills(TorchFunctionMode):
@@ -512,14 +511,14 @@ class PLDRModel(nn.Module):
         f = lin(gate, *w[3]).reshape(b, s, dm)
         return layer.layernorm2(f + h1)
 
-    def _layer(self, i: int, h: Tensor, p: _Pass) -> tuple[Tensor, dict[str, Tensor] | None]:
+    def _layer(self, i: int, h: Tensor, p: _Pass, last_row_only: bool = False) -> tuple[Tensor, dict[str, Tensor] | None]:
         """One post-LN layer: q, k, v → operator G → cache → attention → feed-forward.
 
-        With ``p.last_row_only`` (a pass whose only output is the last position's logits) the
-        last layer forms q, k, v, its operator and its cache entries from every row, as the
-        Gram and the keys need, and then attends and feeds forward at the last row alone: the
-        other rows of the last layer reach no output (at paper-110m, b8 × 1024 tokens, 15 % of
-        a prefill's products)."""
+        ``last_row_only`` (the last layer of a pass whose only output is the last position's
+        logits, :meth:`_run`): q, k, v, the operator and the cache entries are formed from every
+        row, as the Gram and the keys need, and only the last row attends and is fed forward —
+        no other row of the last layer reaches an output (at paper-110m, b8 × 1024 tokens, 15 %
+        of a prefill's products)."""
         packed = None if p.weights is None else p.weights[i]
         q, k, v = self._qkv(i, h, p, packed)
         ops = self._operator(i, q, p)
@@ -530,7 +529,7 @@ class PLDRModel(nn.Module):
                 guard.add(i, name, t)
         keys, vals = self._keys_values(i, k, v, ops, p)
         q_rows, h_rows = q, h  # the rows attending and fed forward
-        if p.last_row_only and i == self.config.num_layers - 1 and h.shape[1] > 1:
+        if last_row_only and h.shape[1] > 1:
             q_rows, h_rows = q[:, :, -1:], h[:, -1:]  # [B, H, 1, d], [B, 1, D]: all the last logits read
         if g is None:  # a captured kv step: q G_LM without G_LM (a d³ product per matrix saved)
             assert ops[2] is not None and guard is None and not p.deductive
@@ -582,10 +581,15 @@ class PLDRModel(nn.Module):
         raise InputError(f"logits index must be [n] or [B, n], got {tuple(idx.shape)}")
 
     def _run(self, tokens: Tensor, p: _Pass, logits: Any) -> tuple[Tensor | None, Tensor, list[dict[str, Tensor]]]:
+        """Every layer, then the logits ``logits`` selects. A fused pass returning only the last
+        logits trims its last layer to the last row (:meth:`_layer`); the published eager
+        backend computes every row."""
         h = self._embed(tokens)
         ded_all: list[dict[str, Tensor]] = []
+        trim = isinstance(logits, str) and logits == "last" and p.backend == "sdpa"
+        last = self.config.num_layers - 1
         for i in range(self.config.num_layers):
-            h, ded = self._layer(i, h, p)
+            h, ded = self._layer(i, h, p, last_row_only=trim and i == last)
             if ded is not None:
                 ded_all.append(ded)
         if p.guard is not None:
@@ -640,7 +644,6 @@ class PLDRModel(nn.Module):
             start=0, operators=self._operators(G, b), mode=None, cache=cache, key_padding=key_padding,
             backend=backend, **self._packed_fields(backend, 0, s, b), deductive=deductive,
             guard=FiniteGuard() if self.check_finite else None,
-            last_row_only=isinstance(logits, str) and logits == "last" and backend == "sdpa",
         )
         out, h, ded = self._run(tokens, p, logits)
         if cache is not None:
@@ -714,7 +717,6 @@ class PLDRModel(nn.Module):
             start=t0, operators=operators, mode=mode, cache=cache, key_padding=cache.key_padding,
             backend=backend, **fields,
             guard=FiniteGuard(deductive=not trusted) if self.check_finite else None, guard_last_only=trusted,
-            last_row_only=isinstance(logits, str) and logits == "last" and backend == "sdpa",
         )
         out, _, _ = self._run(tokens, p, logits)
         cache.length += s
@@ -730,7 +732,6 @@ class PLDRModel(nn.Module):
         p = _Pass(
             start=0, operators=operators, mode=None, cache=None, key_padding=pad if bool(pad.any()) else None,
             backend="sdpa", **_rows_of(fields, 0, tokens.shape[1]), guard=FiniteGuard() if self.check_finite else None,
-            last_row_only=True,
         )
         logits, _, _ = self._run(tokens, p, "last")
         assert logits is not None

@@ -186,8 +186,9 @@ def case_flops(spec: dict[str, Any]) -> FL.FlopBreakdown:
     """Matmul FLOPs of one run of a case, as that implementation computes it."""
     c = config_of(spec["config"])
     impl = spec["impl"]
-    causal = impl in ("fused", "collapsed")  # eager paths multiply the whole S×T block; the fused path
-    if spec["kind"] == "prefill":  # also trims its last layer to the last row where it returns the last logits
+    causal = impl in ("fused", "collapsed")  # eager paths multiply the whole S×T block
+    # the fused backend (fused and collapsed rows) trims its last layer wherever it returns the last logits
+    if spec["kind"] == "prefill":
         op = "collapsed" if impl == "collapsed" else "full"
         logits = spec.get("logits", "all")
         return FL.forward_flops(c, spec["batch"], spec["seq"], operator=op, logits=logits, causal_pairs=causal,
