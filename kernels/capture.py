@@ -16,7 +16,7 @@ the caches cold after the step: together 8 % of a ``small`` step):
 
 - CPU: ``torch.compile`` (Inductor, ``fullgraph=True``, :data:`CPU_OPTIONS`): no Python between operations; the
   one-row products are the row-layout GEMV fused into the graph (or the native kernel, an
-  opaque call, for large bfloat16 weights: :data:`~plga.kernels.packed.NATIVE_ONE_ROW_MIN`).
+  opaque call, for large weights: :data:`~plga.kernels.packed.NATIVE_ONE_ROW_MIN`).
 - CUDA: ``mode="reduce-overhead"``: the step replays as a CUDA graph. What it updates in
   place (:class:`StepBuffers`), the packed fields it reads, and what the prompt pass sets for
   it (held in the step buffers: :meth:`StepBuffers.hold`) are static addresses, so the

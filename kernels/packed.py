@@ -12,9 +12,9 @@ only, float32 from two rows): a product of a few rows over rows of W is a contig
 product per output, and torch's GEMV re-reads or converts W (bench machine, 2 threads, 32000 × 896 float32, one row:
 2.1 ms against 3.6 for the column blocks below and 10.6 for ``F.linear``; eight rows 3.8
 against 10.2 and 14.2). One row inside a captured step runs the GEMV fused into the graph
-instead, unless W is a low-precision weight of at least :data:`NATIVE_ONE_ROW_MIN` elements,
-where the native kernel streams faster than Inductor's bfloat16 reduction; without the native
-kernel, one row runs the compiled GEMV (:func:`rows_gemv`). More rows (prefill) run the GEMM
+instead, unless W has at least :data:`NATIVE_ONE_ROW_MIN` elements, where the native kernel
+streams faster than Inductor's reduction; without the native kernel, one row runs the compiled
+GEMV (:func:`rows_gemv`). More rows (prefill) run the GEMM
 of :func:`.gemm.linear` (oneDNN).
 
 Elsewhere (float32 without the native kernel, float64, CUDA) the copies are the transposed
@@ -44,12 +44,17 @@ Packed = tuple[Tensor, Tensor, int]
 _LOW_PRECISION = (torch.bfloat16, torch.float16)
 #: Row counts up to this use one batched product over the column blocks (decoding).
 PACKED_SMALL_M = 16
-#: Inside a captured step, a one-row product over a low-precision W of at least this many
-#: elements runs the native kernel instead of the fused GEMV. Bench machine, bf16 captured
-#: steps, three variants alternating in one process (median ms per step): paper-110m kvg
-#: (products 0.8–28.7 M elements) fused 4.55, native everywhere 3.62, this rule 3.95; collapsed
-#: 5.04 / 4.36 / 4.13; small kvg (0.07–0.35 M, vocabulary 8.2 M) 0.583 / 0.609 / 0.588, kv
-#: 0.732 / 0.767 / 0.728 — on small weights the opaque call costs more than it saves.
+#: Inside a captured step, a one-row product over a W of at least this many elements runs the
+#: native kernel (where it serves the dtype for one row) instead of the fused GEMV; smaller
+#: products stay fused, where the opaque call costs about what it saves. Variants alternating in
+#: one process, median ms per step:
+#: - bfloat16 (bench machine, 2026-12-02): paper-110m kvg (products 0.8–28.7 M elements) fused 4.55,
+#:   native everywhere 3.62, this rule 3.95; collapsed 5.04 / 4.36 / 4.13; small kvg (0.07–0.35 M,
+#:   vocabulary 8.2 M) 0.583 / 0.609 / 0.588, kv 0.732 / 0.767 / 0.728.
+#: - float32 (an Intel Xeon with AVX-512, 2026-12-06; 8 pairs of 63 steps, b1), fused against
+#:   this rule: paper-110m collapsed 16.9 / 14.7 (1.15× per pair), kvg 18.5 / 16.5 (1.12×), kv
+#:   16.6 / 15.6 (1.09×); small kv 1.52 / 1.46 (1.05×), collapsed 1.36 / 1.27 (1.05×). This rule
+#:   against native everywhere: paper-110m kvg 1.02×, small kv 1.00×.
 NATIVE_ONE_ROW_MIN = 1 << 20
 
 
@@ -161,15 +166,15 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     Column blocks, up to :data:`PACKED_SMALL_M` rows: one ``baddbmm`` over the blocks (a free
     view when M = 1); more rows: one GEMM per block, each written in place into its columns of
     the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
-    where it serves the dtype for that many rows, but for one row inside a captured step, where
-    the GEMV fused into the graph measured as fast or faster (except a low-precision W of
-    :data:`NATIVE_ONE_ROW_MIN` elements or more); else the fused GEMV in a captured step, or
+    where it serves the dtype for that many rows, but for one row inside a captured step over a W
+    of fewer than :data:`NATIVE_ONE_ROW_MIN` elements, where the GEMV fused into the graph is as
+    fast; else the fused GEMV in a captured step, or
     for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: :func:`.gemm.linear`.
     """
     if w.ndim == 2:
         m = x.shape[0]
         capturing = torch.compiler.is_compiling()
-        fused_one_row = capturing and m == 1 and not (w.dtype in _LOW_PRECISION and w.numel() >= NATIVE_ONE_ROW_MIN)
+        fused_one_row = capturing and m == 1 and w.numel() < NATIVE_ONE_ROW_MIN
         if m <= PACKED_SMALL_M and native.ready(w.dtype, m) and not fused_one_row:
             out = torch.ops.plga.rows_linear(x, w, b)  # an opaque call inside a captured step
         elif capturing and m <= PACKED_SMALL_M:  # fused into the captured step

@@ -49,7 +49,7 @@ THRESHOLDS: tuple[Threshold, ...] = (
               "products of 3 rows or more (prompts, batches of 3) on the prefill GEMM and the feed-forward "
               "gate on gemm.gated; 1 and 2 rows stay on the decoding kernels"),
     Threshold("plga.kernels.packed", "NATIVE_ONE_ROW_MIN", 0,
-              "one-row low-precision products inside captured steps on the native kernel"),
+              "every one-row product inside captured steps on the native kernel (where it serves the dtype)"),
     Threshold("plga.kernels.finite", "SPLIT_MIN_ROW", 0, "row extremes of the finiteness guard by amin and amax"),
     Threshold("plga.kernels.functional", "BLOCKED_MIN_QUERIES", 1,
               "bfloat16 attention by blocks of queries (CPU without AMX) from one query"),

@@ -373,18 +373,21 @@ def _captured_kernel_calls(model: PLDRModel, prompt: torch.Tensor):
     return out, sum(ev.count for ev in prof.key_averages() if ev.key == "plga::rows_linear")
 
 
-def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeypatch):
-    """A captured bf16 step runs its one-row products over weights of at least
-    ``NATIVE_ONE_ROW_MIN`` elements on the native kernel (an opaque call in the graph) and the
-    smaller ones fused into the graph; either way it decodes the plain path's tokens (whose
-    one-row products run the native kernel outside a graph)."""
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=["float32", "bfloat16"])
+def test_large_weights_run_the_native_kernel_in_a_captured_step(monkeypatch, dtype):
+    """A captured step runs its one-row products over weights of at least ``NATIVE_ONE_ROW_MIN``
+    elements on the native kernel (an opaque call in the graph) and the smaller ones fused into
+    the graph; either way it decodes the plain path's tokens (whose one-row products run the
+    native kernel outside a graph). At a limit equal to the size of tiny's larger packed weights —
+    QKV, the gates and the vocabulary (37 rows padded to 48), 48 × 16 = 768 elements each —
+    exactly their products leave the graph (at least the limit: native)."""
     from plga.kernels import native
     from plga.kernels import packed as P
 
-    if not native.prepare(torch.bfloat16):
-        pytest.skip("the native bfloat16 kernel is not available on this machine")
+    if not native.prepare(dtype):
+        pytest.skip(f"the native kernel does not serve one-row {dtype} products on this machine")
     config = PLDRConfig.from_name("tiny")
-    _, model = model_pair(config, 30, dtype=torch.bfloat16)
+    _, model = model_pair(config, 30, dtype=dtype)
     prompt = torch.randint(1, config.input_vocab_size, (1, 20), generator=torch.Generator().manual_seed(3))  # 20 rows: F.linear
     plain = _generate(model, prompt, "kvg", captured=False)
 
@@ -394,13 +397,16 @@ def test_large_bfloat16_weights_run_the_native_kernel_in_a_captured_step(monkeyp
 
     fused, fused_calls = captured_with(1 << 40)
     nat, native_calls = captured_with(0)
+    split, split_calls = captured_with(768)  # down 16 × 24 = 384 and output 16 × 16 = 256 elements stay fused
     # outside the graph, the prompt pass's one-row products: the last layer's at the last position
     # (output, gates, down: the rows the logits read) and the last position's vocabulary row
     assert fused_calls == 3 + 1
     assert native_calls - fused_calls == (NEW - 1) * (4 * config.num_layers + 1)  # QKV, output, gates, down; vocabulary
-    for got in (fused, nat):
+    assert split_calls - fused_calls == (NEW - 1) * (2 * config.num_layers + 1)  # QKV, gates; vocabulary
+    rtol = 1e-5 if dtype == torch.float32 else 2e-2
+    for got in (fused, nat, split):
         assert torch.equal(got.tokens, plain.tokens)
-        assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=2e-2, name="bf16 captured")
+        assert_rel_close(got.step_logits.double(), plain.step_logits.double(), rtol=rtol, name=f"{dtype} captured")
 
 
 def test_few_row_float32_products_run_the_native_kernel_in_a_captured_step(monkeypatch):
