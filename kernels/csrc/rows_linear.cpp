@@ -12,7 +12,7 @@
 // element of W broadcast to one lane per row of x: see bcast_linear), and so do AVX-512's where
 // W streams from memory (streamed_broadcast).
 // The variant is chosen per call from the CPU's own flags (__builtin_cpu_supports);
-// plga::rows_linear_avx2_only narrows it to the AVX2 blocks (tests run both where both exist).
+// plga::avx2_only narrows it (and plga::positive_pow) to the AVX2 code (tests run both where both exist).
 //
 // Arithmetic contract (tested in tests/kernels/test_native.py against float64): products and
 // sums in float32, the bias added in float32, one rounding to the output dtype. VDPBF16PS
@@ -31,6 +31,10 @@
 #include <limits>
 #include <vector>
 
+namespace plga_native {
+std::atomic<bool> avx2_only{false};  // the tests' switch (plga::avx2_only), read by every kernel here
+}  // namespace plga_native
+
 namespace {
 
 constexpr int64_t kRows = 4;     // rows of W per block
@@ -45,7 +49,6 @@ constexpr int kAhead = 2;
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 const bool kHasAvx512Bf16 = kHasAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
-std::atomic<bool> g_avx2_only{false};
 
 // ---- float32: 16 lanes, one FMA per lane ------------------------------------------------
 
@@ -269,7 +272,7 @@ void bcast_linear(const float* x, const float* w, const float* b, float* out, in
 template <typename T>
 bool avx2_blocks() {
   const bool wide = std::is_same<T, at::BFloat16>::value ? kHasAvx512Bf16 : kHasAvx512;
-  return !wide || g_avx2_only.load(std::memory_order_relaxed);
+  return !wide || plga_native::avx2_only.load(std::memory_order_relaxed);
 }
 
 template <typename T, int RR>
@@ -430,9 +433,9 @@ at::Tensor rows_argmax(const at::Tensor& x) {
   return out;
 }
 
-// Tests only: run the AVX2 blocks even where AVX-512 ones exist (on = true), or the widest again;
-// returns the previous setting.
-bool rows_linear_avx2_only(bool on) { return g_avx2_only.exchange(on); }
+// Tests only: run every kernel of this library on its AVX2 code even where AVX-512 code exists
+// (on = true), or the widest again; returns the previous setting.
+bool set_avx2_only(bool on) { return plga_native::avx2_only.exchange(on); }
 
 }  // namespace
 
@@ -442,4 +445,4 @@ TORCH_LIBRARY_IMPL(plga, CPU, m) {
   m.impl("rows_linear", &rows_linear);
   m.impl("rows_argmax", &rows_argmax);
 }
-TORCH_LIBRARY_FRAGMENT(plga, m) { m.def("rows_linear_avx2_only(bool on) -> bool", &rows_linear_avx2_only); }
+TORCH_LIBRARY_FRAGMENT(plga, m) { m.def("avx2_only(bool on) -> bool", &set_avx2_only); }

@@ -67,9 +67,9 @@ def blocks(request):
         pytest.skip("the native kernel is not loaded on this CPU")
     if request.param == "avx2" and not _has_avx512():
         pytest.skip("the widest blocks on this CPU are the AVX2 ones")
-    previous = torch.ops.plga.rows_linear_avx2_only(request.param == "avx2")
+    previous = torch.ops.plga.avx2_only(request.param == "avx2")
     yield request.param
-    torch.ops.plga.rows_linear_avx2_only(previous)
+    torch.ops.plga.avx2_only(previous)
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])
@@ -384,12 +384,12 @@ def test_greedy_uses_the_kernel_where_loaded_and_torch_elsewhere(monkeypatch):
 
 
 def test_the_avx2_switch_narrows_and_restores():
-    """``rows_linear_avx2_only`` returns the previous setting; the AVX2 blocks give results within
+    """``avx2_only`` returns the previous setting; the AVX2 blocks give results within
     the same bound as the widest (checked above) and, on an AVX-512 CPU, differ from them only by
     the order of the float32 sums."""
     if not _served(torch.float32) and not _served(torch.bfloat16):
         pytest.skip("the native kernel is not loaded on this CPU")
-    switch = torch.ops.plga.rows_linear_avx2_only
+    switch = torch.ops.plga.avx2_only
     assert switch(True) is False and switch(True) is True and switch(False) is True and switch(False) is False
     x, w, b = _inputs(3, 9, 40, torch.float32, seed=4)
     widest = torch.ops.plga.rows_linear(x, w, b)

@@ -6,9 +6,10 @@ within 0.51 ulp of the exact power of the (float32) inputs, computed here in flo
 error, ~1e-16 relative, is far below the bound), and torch's special values (signed zeros, ∞,
 NaN) elsewhere. Inputs span the whole float32 range of x, large and tiny exponents, results
 overflowing and underflowing (subnormal results are measured in the subnormal ulp), the power
-stage's own range (x ≥ 1e-9), every tail length of the kernel's 32-element passes, and special
-values mixed into otherwise fast passes. A negative control shows the ulp check catches a result
-one ulp off, and another a slightly wrong exponent.
+stage's own range (x ≥ 1e-9), every tail length of the kernel's 64- and 32-element passes, and
+special values mixed into otherwise fast passes, on both codes of an AVX-512 CPU (8 and 4 double
+lanes). A negative control shows the ulp check catches a result one ulp off, and another a
+slightly wrong exponent.
 """
 
 from __future__ import annotations
@@ -51,12 +52,27 @@ def _samples(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, p
 
 
-def test_within_half_an_ulp_of_the_exact_power_over_the_float32_range():
+def _has_avx512() -> bool:
+    return "avx512f" in native._cpu_flags()
+
+
+@pytest.fixture(params=["widest", "avx2"])
+def lanes(request):
+    """The kernel's widest code on this CPU (8 double lanes with AVX-512F), then its AVX2 code
+    (4 lanes: what an AVX2-only CPU runs) where the CPU has wider; restored afterwards."""
+    if request.param == "avx2" and not _has_avx512():
+        pytest.skip("the widest code on this CPU is the AVX2 one")
+    previous = torch.ops.plga.avx2_only(request.param == "avx2")
+    yield request.param
+    torch.ops.plga.avx2_only(previous)
+
+
+def test_within_half_an_ulp_of_the_exact_power_over_the_float32_range(lanes):
     x, p = _samples(40_000, seed=0)
     assert _ulp_error(torch.ops.plga.positive_pow(x, p), x, p) <= BOUND_ULP
 
 
-def test_the_power_stage_shapes_and_range():
+def test_the_power_stage_shapes_and_range(lanes):
     """A_LM ≥ 1e-9 and P [H, d, d] broadcast over the batch, as the power stage calls it."""
     g = torch.Generator().manual_seed(1)
     a_lm = (torch.randn(8, 4, 64, 64, generator=g) * 3).square() * torch.rand(8, 4, 64, 64, generator=g) + 1e-9
@@ -79,7 +95,7 @@ SPECIAL_X = [0.0, -0.0, -2.0, -0.5, float("inf"), -float("inf"), float("nan"), 1
 SPECIAL_P = [0.0, -0.0, 1.0, 2.0, 3.0, -1.0, -3.0, 0.5, 1e30, -1e30, float("inf"), -float("inf"), float("nan")]
 
 
-def test_special_values_are_torch_pow_s():
+def test_special_values_are_torch_pow_s(lanes):
     """Every pair of special x and p, each pair placed among fast lanes of a full pass. (Where the
     power is finite, the ulp bound holds: torch's own FLT_MAX ** 0.5 is 2⁶⁴, 0.5 ulp above the
     exact 2⁶⁴·√(1 − 2⁻²⁴), which rounds down.)"""
@@ -95,15 +111,16 @@ def test_special_values_are_torch_pow_s():
     assert torch.equal(torch.signbit(special[signed]), torch.signbit(want[signed]))  # −0 and −∞
 
 
-@pytest.mark.parametrize("n", [1, 7, 31, 32, 33, 63, 64, 65, 4095, 4096, 4097, 9000])
-def test_every_tail_length(n):
+@pytest.mark.parametrize("n", [1, 7, 31, 32, 33, 63, 64, 65, 95, 96, 97, 127, 4095, 4096, 4097, 9000])
+def test_every_tail_length(n, lanes):
+    """Every mix of the passes: 64 floats (AVX-512), 32 (AVX2), and a padded tail."""
     x, p = _samples(n, seed=n)
     x, p = x[:n], p[:n]
     assert _ulp_error(torch.ops.plga.positive_pow(x, p), x, p) <= BOUND_ULP
 
 
 @pytest.mark.parametrize("p_shape", [(7, 11), (11,), (), (5, 3, 7, 11)])
-def test_broadcast_strided_and_empty(p_shape):
+def test_broadcast_strided_and_empty(p_shape, lanes):
     g = torch.Generator().manual_seed(3)
     x = torch.rand(11, 7, 3, 5, generator=g).permute(3, 2, 1, 0) * 4  # [5, 3, 7, 11], strided
     p = torch.randn(p_shape, generator=g)
@@ -111,6 +128,24 @@ def test_broadcast_strided_and_empty(p_shape):
     assert y.shape == x.shape
     assert _ulp_error(y, x, p.expand_as(x)) <= BOUND_ULP
     assert torch.ops.plga.positive_pow(torch.zeros(0, 7, 11), torch.zeros(7, 11)).shape == (0, 7, 11)
+
+
+def test_the_widest_lanes_give_the_avx2_lanes_bits():
+    """The AVX-512 code runs the AVX2 code's operations lane for lane, so the two agree bit for
+    bit, special values included (a pass with one special lane takes std::pow for that lane)."""
+    if not _has_avx512():
+        pytest.skip("no AVX-512 on this CPU: one code path")
+    x, p = _samples(20_000, seed=5)
+    x[::997], p[::991] = float("nan"), float("inf")
+    x[3::1009] = 0.0
+    widest = torch.ops.plga.positive_pow(x, p)
+    previous = torch.ops.plga.avx2_only(True)
+    try:
+        narrow = torch.ops.plga.positive_pow(x, p)
+    finally:
+        torch.ops.plga.avx2_only(previous)
+    assert torch.equal(widest.nan_to_num(nan=7.0), narrow.nan_to_num(nan=7.0))
+    assert torch.equal(widest.isnan(), narrow.isnan())
 
 
 def test_refusals():
