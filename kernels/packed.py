@@ -14,8 +14,7 @@ product per output, and torch's GEMV re-reads or converts W (bench machine, 2 th
 against 10.2 and 14.2). One row inside a captured step runs the GEMV fused into the graph
 instead, unless W has at least :data:`NATIVE_ONE_ROW_MIN` elements, where the native kernel
 streams faster than Inductor's reduction; without the native kernel, one row runs the compiled
-GEMV (:func:`rows_gemv`). More rows (prefill) run the GEMM
-of :func:`.gemm.linear` (oneDNN).
+GEMV (:func:`rows_gemv`). More rows (prefill) run the GEMM of :func:`.gemm.linear` (oneDNN).
 
 Elsewhere (float32 without the native kernel, float64, CUDA) the copies are the transposed
 weights split into one column block per intra-op thread, so that a batch-1 decoding GEMV
@@ -168,8 +167,8 @@ def packed_linear(x: Tensor, w: Tensor, b: Tensor, n: int, *, compiled: bool = F
     the output. Rows, up to :data:`PACKED_SMALL_M` of them: the native kernel (:mod:`.native`)
     where it serves the dtype for that many rows, but for one row inside a captured step over a W
     of fewer than :data:`NATIVE_ONE_ROW_MIN` elements, where the GEMV fused into the graph is as
-    fast; else the fused GEMV in a captured step, or
-    for one row with ``compiled`` the compiled :func:`rows_gemv`. More rows: :func:`.gemm.linear`.
+    fast; else the fused GEMV in a captured step, or for one row with ``compiled`` the compiled
+    :func:`rows_gemv`. More rows: :func:`.gemm.linear`.
     """
     if w.ndim == 2:
         m = x.shape[0]
