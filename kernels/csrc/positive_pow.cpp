@@ -81,6 +81,13 @@ __attribute__((target("avx2,fma"), always_inline)) inline void pow_groups(const 
   }
 }
 
+// The lanes of a pass outside the polynomial's domain (x ≤ 0, subnormal, ∞ or NaN; p ±∞ or NaN),
+// recomputed by std::pow.
+void redo_special(const float* x, const float* p, float* y, int64_t n) {
+  for (int64_t j = 0; j < n; ++j)
+    if (!(x[j] >= FLT_MIN && x[j] < INFINITY && std::fabs(p[j]) < INFINITY)) y[j] = std::pow(x[j], p[j]);
+}
+
 // y[i] = x[i] ** p[i] for one full pass of kStep floats.
 __attribute__((target("avx2,fma"))) void pow_pass(const float* x, const float* p, float* y) {
   const __m256i mantissa = _mm256_set1_epi32(0x007fffff), one_bits = _mm256_set1_epi32(0x3f800000);
@@ -109,9 +116,7 @@ __attribute__((target("avx2,fma"))) void pow_pass(const float* x, const float* p
   pow_groups(m + kChains, e + kChains, pd + kChains, yd + kChains);
   for (int v = 0; v < kChains; ++v)
     _mm256_storeu_ps(y + 8 * v, _mm256_set_m128(_mm256_cvtpd_ps(yd[2 * v + 1]), _mm256_cvtpd_ps(yd[2 * v])));
-  if (fast != 0xff)
-    for (int j = 0; j < kStep; ++j)
-      if (!(x[j] >= FLT_MIN && x[j] < INFINITY && std::fabs(p[j]) < INFINITY)) y[j] = std::pow(x[j], p[j]);
+  if (fast != 0xff) redo_special(x, p, y, kStep);
 }
 
 
@@ -176,9 +181,7 @@ __attribute__((target("avx512f"))) void pow_pass512(const float* x, const float*
     _mm256_storeu_ps(y + 16 * v, _mm512_cvtpd_ps(yd[2 * v]));
     _mm256_storeu_ps(y + 16 * v + 8, _mm512_cvtpd_ps(yd[2 * v + 1]));
   }
-  if (fast != 0xffff)
-    for (int j = 0; j < kStep512; ++j)
-      if (!(x[j] >= FLT_MIN && x[j] < INFINITY && std::fabs(p[j]) < INFINITY)) y[j] = std::pow(x[j], p[j]);
+  if (fast != 0xffff) redo_special(x, p, y, kStep512);
 }
 
 // y = x ** p over n elements; a short tail runs the same pass on a padded copy.

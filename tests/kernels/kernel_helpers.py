@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import numpy as np
 import torch
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
-from plga.kernels import PLDRModel
+from plga.kernels import PLDRModel, native
 from plga.reference import spec
 from plga.reference.config import PLDRConfig
 
@@ -93,3 +96,19 @@ def reference_attention(q, k, v, G, allowed, finite):
     return spec.plga_attention(
         q.numpy(), g, k.numpy(), v.numpy(), support=allowed, fill=spec.MASK_FILL if finite else None
     )
+
+
+def has_avx512() -> bool:
+    """Whether this CPU has AVX-512F, where the native kernels have code wider than their AVX2 code."""
+    return "avx512f" in native._cpu_flags()
+
+
+@contextlib.contextmanager
+def native_code(which: str) -> Iterator[str]:
+    """The native kernels on their widest code (``"widest"``) or on their AVX2 code (``"avx2"``,
+    the switch ``plga::avx2_only``) inside the block; the previous setting is restored after."""
+    previous = torch.ops.plga.avx2_only(which == "avx2")
+    try:
+        yield which
+    finally:
+        torch.ops.plga.avx2_only(previous)

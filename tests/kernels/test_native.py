@@ -23,7 +23,7 @@ from plga.kernels import PLDRModel, native
 from plga.kernels.packed import pack_rows, packed_linear
 from plga.reference.config import PLDRConfig
 
-from .kernel_helpers import model_pair, teacher_forced
+from .kernel_helpers import has_avx512, model_pair, native_code, teacher_forced
 from .policy import K_CHAIN, assert_rel_close, assert_within_policy, baseline_steps, within_policy
 
 DTYPES = [torch.float32, torch.bfloat16]
@@ -55,21 +55,16 @@ def _violations(out: torch.Tensor, x: torch.Tensor, w: torch.Tensor, b: torch.Te
     return int(((out.double() - truth).abs() > bound).sum())
 
 
-def _has_avx512() -> bool:
-    return "avx512f" in native._cpu_flags()
-
-
 @pytest.fixture(params=["widest", "avx2"])
 def blocks(request):
     """The kernel's widest blocks on this CPU, then its AVX2 blocks (the ones an AVX2-only CPU
     runs), where the CPU has wider ones; restored afterwards."""
     if not _served(torch.float32) and not _served(torch.bfloat16):
         pytest.skip("the native kernel is not loaded on this CPU")
-    if request.param == "avx2" and not _has_avx512():
+    if request.param == "avx2" and not has_avx512():
         pytest.skip("the widest blocks on this CPU are the AVX2 ones")
-    previous = torch.ops.plga.avx2_only(request.param == "avx2")
-    yield request.param
-    torch.ops.plga.avx2_only(previous)
+    with native_code(request.param):
+        yield request.param
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=["f32", "bf16"])

@@ -20,6 +20,8 @@ import torch
 from plga.kernels import functional as KF
 from plga.kernels import native
 
+from .kernel_helpers import has_avx512, native_code
+
 BOUND_ULP = 0.51
 FLT_MAX = torch.finfo(torch.float32).max
 
@@ -52,19 +54,14 @@ def _samples(n: int, seed: int) -> tuple[torch.Tensor, torch.Tensor]:
     return x, p
 
 
-def _has_avx512() -> bool:
-    return "avx512f" in native._cpu_flags()
-
-
 @pytest.fixture(params=["widest", "avx2"])
 def lanes(request):
     """The kernel's widest code on this CPU (8 double lanes with AVX-512F), then its AVX2 code
     (4 lanes: what an AVX2-only CPU runs) where the CPU has wider; restored afterwards."""
-    if request.param == "avx2" and not _has_avx512():
+    if request.param == "avx2" and not has_avx512():
         pytest.skip("the widest code on this CPU is the AVX2 one")
-    previous = torch.ops.plga.avx2_only(request.param == "avx2")
-    yield request.param
-    torch.ops.plga.avx2_only(previous)
+    with native_code(request.param):
+        yield request.param
 
 
 def test_within_half_an_ulp_of_the_exact_power_over_the_float32_range(lanes):
@@ -133,17 +130,14 @@ def test_broadcast_strided_and_empty(p_shape, lanes):
 def test_the_widest_lanes_give_the_avx2_lanes_bits():
     """The AVX-512 code runs the AVX2 code's operations lane for lane, so the two agree bit for
     bit, special values included (a pass with one special lane takes std::pow for that lane)."""
-    if not _has_avx512():
+    if not has_avx512():
         pytest.skip("no AVX-512 on this CPU: one code path")
     x, p = _samples(20_000, seed=5)
     x[::997], p[::991] = float("nan"), float("inf")
     x[3::1009] = 0.0
     widest = torch.ops.plga.positive_pow(x, p)
-    previous = torch.ops.plga.avx2_only(True)
-    try:
+    with native_code("avx2"):
         narrow = torch.ops.plga.positive_pow(x, p)
-    finally:
-        torch.ops.plga.avx2_only(previous)
     assert torch.equal(widest.nan_to_num(nan=7.0), narrow.nan_to_num(nan=7.0))
     assert torch.equal(widest.isnan(), narrow.isnan())
 
