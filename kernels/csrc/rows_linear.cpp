@@ -10,7 +10,7 @@
 // only) runs the same blocks on 8 lanes, bfloat16 widened to float32 by a 16-bit shift (exact);
 // its float32 products of more than 4 rows run the broadcast blocks instead (x transposed, each
 // element of W broadcast to one lane per row of x: see bcast_linear), and so do AVX-512's where
-// W streams from memory (streamed_broadcast).
+// W streams from memory (streamed_broadcast), on 16 lanes (bcast_block512).
 // The variant is chosen per call from the CPU's own flags (__builtin_cpu_supports);
 // plga::avx2_only narrows it (and plga::positive_pow) to the AVX2 code (tests run both where both exist).
 //
@@ -28,6 +28,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -176,7 +177,8 @@ __attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, floa
 // against 6.13–6.17 ms), at 16 rows 7.69–8.20 against 6.08–6.27 ms; 8000 × 512 (64·K = 32 KiB,
 // cached) at 8 rows 0.44–0.52 against 0.46–0.58 ms. Past 8 rows the broadcast blocks were also
 // equal or faster over most cached weights (2688 × 896 at 16 rows: 0.51–0.60 against 0.44–0.48 ms)
-// but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks.
+// but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks. (These were the
+// 8-lane broadcast blocks; AVX-512 now runs the 16-lane ones, bcast_block512.)
 constexpr int64_t kStreamedBytes = int64_t{16} << 20;  // a float32 W at least this large streams from memory
 constexpr int64_t kL1Bytes = int64_t{32} << 10;
 
@@ -226,32 +228,112 @@ __attribute__((target("avx2,fma"))) void bcast_block(const float* xT, const floa
     for (int l = 0; l < L; ++l) _mm256_storeu_ps(tile + r * kChunk + l * 8, acc[r][l]);
 }
 
+// The same blocks on AVX-512's 16 lanes, where one FMA made 8 products on the 8-lane blocks above.
+// Paired (at most 8 rows of x): lane 2m + j holds row m at column 2p + j of xP [⌈K/2⌉, 16], and
+// the pair W[n, 2p], W[n, 2p + 1], adjacent in memory, is broadcast as one 64-bit element
+// (VBROADCASTSD: a load, no shuffle), so each output is two FMA chains, even and odd columns,
+// added when the block ends; an odd K's last column is broadcast to the even lanes only. Not
+// paired (9–16 rows): lane m holds row m of xT [K, 16], each element of W broadcast to 16 lanes.
+// Half the FMAs and broadcasts of the 8-lane blocks for the same products. AMD EPYC with AVX-512
+// (Zen 5), 2 threads, alternating with the 8-lane blocks in one process, W warm in the caches:
+// 32000 × 256 at 5 / 8 / 9 / 16 rows 413 / 379 / 686 / 768 µs against 685 / 632 / 1062 / 1101 µs
+// (8 rows now as fast as 1 and 4); 32000 × 257 at 8 / 16 rows 1.38 / 1.53× faster; 4683 × 897 at
+// 9 / 16 rows 1.54 / 1.68×; 32000 × 896 at 16 rows 1.40×. Where W comes from DRAM both run at its
+// speed: equal with the caches flushed between calls, and a captured `small` kv step at batch 8
+// (its vocabulary product 0.8–1.0 ms either way) unchanged on that machine.
+// Columns k, k + 1 (paired) or column k of rows [0, RR) of w against every lane of xT, into acc.
+template <bool Paired, int RR>
+__attribute__((target("avx512f"), always_inline)) inline void bcast_step512(const float* xT, const float* w, int64_t K,
+                                                                            int64_t k, __m512 (&acc)[RR]) {
+  const __m512 xv = _mm512_loadu_ps(xT + (Paired ? k / 2 : k) * 16);
+#pragma GCC unroll 8
+  for (int r = 0; r < RR; ++r) {
+    __m512 wb;
+    if constexpr (Paired) {
+      double pair;
+      std::memcpy(&pair, w + r * K + k, sizeof pair);
+      wb = _mm512_castpd_ps(_mm512_set1_pd(pair));
+    } else {
+      wb = _mm512_set1_ps(w[r * K + k]);
+    }
+    acc[r] = _mm512_fmadd_ps(wb, xv, acc[r]);
+  }
+}
+
+template <bool Paired, int RR>
+__attribute__((target("avx512f"))) void bcast_block512(const float* xT, const float* w, const float* next, float* tile,
+                                                       int64_t K) {
+  __m512 acc[RR];
+#pragma GCC unroll 8
+  for (int r = 0; r < RR; ++r) acc[r] = _mm512_setzero_ps();
+  int64_t k = 0;
+  for (; k + 16 <= K; k += 16) {
+#pragma GCC unroll 8
+    for (int j = 0; j < RR; ++j) _mm_prefetch(reinterpret_cast<const char*>(next + (k / 16 * RR + j) * 16), _MM_HINT_T0);
+#pragma GCC unroll 16
+    for (int u = 0; u < 16; u += Paired ? 2 : 1) bcast_step512<Paired, RR>(xT, w, K, k + u, acc);
+  }
+  for (; k + (Paired ? 2 : 1) <= K; k += Paired ? 2 : 1) bcast_step512<Paired, RR>(xT, w, K, k, acc);
+  if (Paired && k < K) {  // the odd column: W's even lanes only (xP's odd lanes are zero there)
+    const __m512 xv = _mm512_loadu_ps(xT + k / 2 * 16);
+#pragma GCC unroll 8
+    for (int r = 0; r < RR; ++r) acc[r] = _mm512_fmadd_ps(_mm512_maskz_mov_ps(0x5555, _mm512_set1_ps(w[r * K + k])), xv, acc[r]);
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < RR; ++r) {
+    if constexpr (Paired) {  // lane 2m + 1 added to lane 2m, the sums of rows 0..7 packed into 8 lanes
+      const __m512 sum = _mm512_add_ps(acc[r], _mm512_permute_ps(acc[r], 0xB1));
+      _mm256_storeu_ps(tile + r * kChunk, _mm512_castps512_ps256(_mm512_maskz_compress_ps(0x5555, sum)));
+    } else {
+      _mm512_storeu_ps(tile + r * kChunk, acc[r]);
+    }
+  }
+}
+
+// One block of RR rows of W on the variant V: 8 lanes (L = 1), 2 × 8 lanes (L = 2), or AVX-512's
+// paired and 16-lane blocks.
+enum class Lanes { k8, k8x2, k16Paired, k16 };
+
+template <Lanes V, int RR>
+void lanes_block(const float* xT, const float* w, const float* next, float* tile, int64_t K) {
+  if constexpr (V == Lanes::k8) bcast_block<1, RR>(xT, w, next, tile, K);
+  else if constexpr (V == Lanes::k8x2) bcast_block<2, RR>(xT, w, next, tile, K);
+  else bcast_block512<V == Lanes::k16Paired, RR>(xT, w, next, tile, K);
+}
+
 // Rows [n0, n1) of W against one chunk of mc rows of x (xT), written to out [mc, N].
-template <int L, int RR>
+template <Lanes V, int RR>
 void bcast_range(const float* xT, const float* w, const float* b, float* out, int64_t mc, int64_t N, int64_t K,
                  int64_t n0, int64_t n1) {
   alignas(32) float tile[RR * kChunk];
   int64_t n = n0;
   for (; n + RR <= n1; n += RR) {
-    bcast_block<L, RR>(xT, w + n * K, w + (n + RR) * K, tile, K);
+    lanes_block<V, RR>(xT, w + n * K, w + (n + RR) * K, tile, K);
     for (int64_t m = 0; m < mc; ++m)
       for (int r = 0; r < RR; ++r) out[m * N + n + r] = tile[r * kChunk + m] + b[n + r];
   }
   for (; n < n1; ++n) {  // the remainder rows, one at a time
-    bcast_block<L, 1>(xT, w + n * K, w + (n + 1) * K, tile, K);
+    lanes_block<V, 1>(xT, w + n * K, w + (n + 1) * K, tile, K);
     for (int64_t m = 0; m < mc; ++m) out[m * N + n] = tile[m] + b[n];
   }
 }
 
-// b + x Wᵀ → out [M, N] for float32 x [M, K] (M > kMaxGroup) on the broadcast blocks.
+// b + x Wᵀ → out [M, N] for float32 x [M, K] (M > kMaxGroup) on the broadcast blocks: AVX-512's
+// where the CPU has it (the tests' switch aside), else the 8-lane ones.
 void bcast_linear(const float* x, const float* w, const float* b, float* out, int64_t M, int64_t N, int64_t K) {
-  const int64_t chunks = (M + kChunk - 1) / kChunk;
-  std::vector<float> xT(static_cast<size_t>(chunks * K * kChunk), 0.0f);  // chunk c: [K, 8·L_c] at c·K·kChunk
+  const bool wide = kHasAvx512 && !plga_native::avx2_only.load(std::memory_order_relaxed);
+  const int64_t chunks = (M + kChunk - 1) / kChunk, stride = (K + 1) * kChunk;
+  std::vector<float> xT(static_cast<size_t>(chunks * stride), 0.0f);  // chunk c at c · stride, unused lanes zero
   for (int64_t c = 0; c < chunks; ++c) {
-    const int64_t m0 = c * kChunk, mc = std::min(kChunk, M - m0), lanes = mc > 8 ? 16 : 8;
-    float* dst = xT.data() + c * K * kChunk;
+    const int64_t m0 = c * kChunk, mc = std::min(kChunk, M - m0);
+    float* dst = xT.data() + c * stride;
     for (int64_t m = 0; m < mc; ++m)
-      for (int64_t k = 0; k < K; ++k) dst[k * lanes + m] = x[(m0 + m) * K + k];
+      for (int64_t k = 0; k < K; ++k) {
+        const float v = x[(m0 + m) * K + k];
+        if (!wide) dst[k * (mc > 8 ? 16 : 8) + m] = v;  // [K, 8·L]: lane m
+        else if (mc > 8) dst[k * 16 + m] = v;            // [K, 16]: lane m
+        else dst[k / 2 * 16 + 2 * m + k % 2] = v;        // [⌈K/2⌉, 16]: lane 2m + k mod 2
+      }
   }
   const int64_t spans = (N + kSpan - 1) / kSpan;
   const int64_t grain = std::max<int64_t>(1, 16384 / std::max<int64_t>(1, kSpan * K));  // ≥ 64 KiB of W per task
@@ -259,9 +341,12 @@ void bcast_linear(const float* x, const float* w, const float* b, float* out, in
     const int64_t n0 = s0 * kSpan, n1 = std::min(N, s1 * kSpan);
     for (int64_t c = 0; c < chunks; ++c) {
       const int64_t m0 = c * kChunk, mc = std::min(kChunk, M - m0);
-      const float* xt = xT.data() + c * K * kChunk;
-      if (mc > 8) bcast_range<2, 6>(xt, w, b, out + m0 * N, mc, N, K, n0, n1);
-      else bcast_range<1, 8>(xt, w, b, out + m0 * N, mc, N, K, n0, n1);
+      const float* xt = xT.data() + c * stride;
+      float* o = out + m0 * N;
+      if (wide && mc > 8) bcast_range<Lanes::k16, 8>(xt, w, b, o, mc, N, K, n0, n1);
+      else if (wide) bcast_range<Lanes::k16Paired, 8>(xt, w, b, o, mc, N, K, n0, n1);
+      else if (mc > 8) bcast_range<Lanes::k8x2, 6>(xt, w, b, o, mc, N, K, n0, n1);
+      else bcast_range<Lanes::k8, 8>(xt, w, b, o, mc, N, K, n0, n1);
     }
   });
 }

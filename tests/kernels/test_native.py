@@ -7,7 +7,8 @@ Every result is checked against the exact float64 product of the same (rounded) 
 error bound that contract implies, over shapes that exercise every path of the kernel: groups of
 1–4 rows of x on blocks of 4 rows of W and the remainder rows; on the AVX2 blocks, float32 x of
 more than 4 rows broadcast over chunks of 8 and 16 lanes (and several chunks past 16 rows), blocks
-of 8 and 6 rows of W and their remainders, and the choices for weights past the caches;
+of 8 and 6 rows of W and their remainders, and the choices for weights past the caches (with
+AVX-512: the 16-lane broadcast blocks, columns paired up to 8 rows, an odd K's last column alone);
 K tails of every length. Negative controls show the bound catches a dropped K tail, a dropped
 remainder row and swapped rows of x (within a chunk and across two). The model-level tests
 decode batches through it (plain and captured) and check that it ran.
@@ -82,7 +83,8 @@ def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k, block
 #: Weights of at least 16 MiB (the kernel's kStreamedBytes), which stream from memory: float32
 #: past 4 rows of x takes the broadcast blocks with AVX-512 where K < 512 and past 8 rows at any K
 #: (8 rows at K = 897 the dot blocks); a vocabulary-sized bfloat16 product of one row. 16323 = 680
-#: spans of 24 rows + 3, 4683 = 195 + 3, 32771 = 8192 blocks of 4 + 3; every K has a tail.
+#: spans of 24 rows + 3, 4683 = 195 + 3, 32771 = 8192 blocks of 4 + 3; every K has a tail (and is
+#: odd: the paired 16-lane blocks' last column).
 STREAMED = [
     (torch.float32, 5, 16323, 257),
     (torch.float32, 8, 16323, 257),
