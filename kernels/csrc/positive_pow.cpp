@@ -30,17 +30,15 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
-#include <atomic>
 #include <cstdint>
 
 namespace plga_native {
-extern std::atomic<bool> avx2_only;  // defined in rows_linear.cpp (the tests' switch)
+bool avx512f_code();  // defined in rows_linear.cpp: the CPU has AVX-512F and the tests' switch is off
 }  // namespace plga_native
 
 namespace {
 
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 
 constexpr int kChains = 4;                // groups of 4 doubles per polynomial pass
 constexpr int64_t kStep = 2 * kChains * 4;  // floats per pass: 2 passes over kChains groups
@@ -119,7 +117,6 @@ __attribute__((target("avx2,fma"))) void pow_pass(const float* x, const float* p
   if (fast != 0xff) redo_special(x, p, y, kStep);
 }
 
-
 // The same arithmetic on 8 double lanes (AVX-512F): lane for lane the operations above, so the
 // same bits, in half the instructions per element.
 constexpr int64_t kStep512 = 2 * kChains * 8;  // floats per AVX-512 pass
@@ -187,7 +184,7 @@ __attribute__((target("avx512f"))) void pow_pass512(const float* x, const float*
 // y = x ** p over n elements; a short tail runs the same pass on a padded copy.
 void pow_span(const float* x, const float* p, float* y, int64_t n) {
   int64_t i = 0;
-  if (kHasAvx512 && !plga_native::avx2_only.load(std::memory_order_relaxed))
+  if (plga_native::avx512f_code())
     for (; i + kStep512 <= n; i += kStep512) pow_pass512(x + i, p + i, y + i);
   for (; i + kStep <= n; i += kStep) pow_pass(x + i, p + i, y + i);
   if (i < n) {

@@ -34,6 +34,7 @@
 
 namespace plga_native {
 std::atomic<bool> avx2_only{false};  // the tests' switch (plga::avx2_only), read by every kernel here
+bool avx512f_code();
 }  // namespace plga_native
 
 namespace {
@@ -50,6 +51,13 @@ constexpr int kAhead = 2;
 const bool kHasAvx2Fma = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
 const bool kHasAvx512 = __builtin_cpu_supports("avx512f");
 const bool kHasAvx512Bf16 = kHasAvx512 && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512bf16");
+
+// Whether products in T run the AVX2 blocks (no wider ones on this CPU, or the tests' switch).
+template <typename T>
+bool avx2_blocks() {
+  const bool wide = std::is_same<T, at::BFloat16>::value ? kHasAvx512Bf16 : kHasAvx512;
+  return !wide || plga_native::avx2_only.load(std::memory_order_relaxed);
+}
 
 // ---- float32: 16 lanes, one FMA per lane ------------------------------------------------
 
@@ -321,7 +329,7 @@ void bcast_range(const float* xT, const float* w, const float* b, float* out, in
 // b + x Wᵀ → out [M, N] for float32 x [M, K] (M > kMaxGroup) on the broadcast blocks: AVX-512's
 // where the CPU has it (the tests' switch aside), else the 8-lane ones.
 void bcast_linear(const float* x, const float* w, const float* b, float* out, int64_t M, int64_t N, int64_t K) {
-  const bool wide = kHasAvx512 && !plga_native::avx2_only.load(std::memory_order_relaxed);
+  const bool wide = !avx2_blocks<float>();
   const int64_t chunks = (M + kChunk - 1) / kChunk, stride = (K + 1) * kChunk;
   std::vector<float> xT(static_cast<size_t>(chunks * stride), 0.0f);  // chunk c at c · stride, unused lanes zero
   for (int64_t c = 0; c < chunks; ++c) {
@@ -352,13 +360,6 @@ void bcast_linear(const float* x, const float* w, const float* b, float* out, in
 }
 
 // ---- one block of rows of W against every row of x -----------------------------------------
-
-// Whether products in T run the AVX2 blocks (no wider ones on this CPU, or the tests' switch).
-template <typename T>
-bool avx2_blocks() {
-  const bool wide = std::is_same<T, at::BFloat16>::value ? kHasAvx512Bf16 : kHasAvx512;
-  return !wide || plga_native::avx2_only.load(std::memory_order_relaxed);
-}
 
 template <typename T, int RR>
 void group(const T* x, const T* w, float* acc, int64_t K, int64_t mc) {
@@ -523,6 +524,9 @@ at::Tensor rows_argmax(const at::Tensor& x) {
 bool set_avx2_only(bool on) { return plga_native::avx2_only.exchange(on); }
 
 }  // namespace
+
+// Whether plga::positive_pow runs its AVX-512F code: the same test as rows_linear's float32 blocks.
+bool plga_native::avx512f_code() { return !avx2_blocks<float>(); }
 
 // The schemas of rows_linear and rows_argmax are defined in Python (plga/kernels/native.py, with
 // the shape functions torch.compile needs); this library adds their CPU kernels and the tests' switch.
