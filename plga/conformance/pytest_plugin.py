@@ -7,7 +7,8 @@ runs the shipped suite. It provides ``--plga-impl`` (the one switch, also ``$PLG
 ``--plga-xfails-file`` (test-id substrings with reasons, one per line: ``substring  # reason``),
 the ``plga_impl`` fixture, the shipped suite's ``plga_suite_memo`` fixture, and the report
 header (implementation, version, device, dtype policy, capabilities, profile and every
-``PLGA_*`` variable).
+``PLGA_*`` variable). A session that runs the shipped suite makes OpenMP's idle threads sleep
+(:func:`plga.openmp.passive_waits`) before anything imports torch.
 """
 
 from __future__ import annotations
@@ -38,6 +39,10 @@ def pytest_configure(config: Any) -> None:
     if profile:
         os.environ["PLGA_PROFILE"] = profile
     config.addinivalue_line("markers", "plga_check(name, group): a PLGA conformance check")
+    if _running_suite(config):
+        from ..openmp import passive_waits
+
+        passive_waits()  # before the suite imports torch: a busy machine must not time a correct kernel out
 
 
 def _running_suite(config: Any) -> bool:

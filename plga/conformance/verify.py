@@ -18,6 +18,7 @@ import time
 from typing import Any
 
 from ..errors import UsageError
+from ..openmp import passive_waits
 
 
 def add_verify_arguments(p: argparse.ArgumentParser) -> None:
@@ -36,6 +37,7 @@ def verify_main(args: argparse.Namespace) -> int:
     (:func:`plga.cli.run_command`), not killed without a word."""
     from .guard import watch_user_interrupt
 
+    passive_waits()  # before torch loads OpenMP: a busy machine must not time a correct kernel out
     with watch_user_interrupt(ignore_after_stop=True):
         return _verify(args)
 
