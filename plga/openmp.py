@@ -17,7 +17,8 @@ changes no result, only how idle threads wait. libgomp reads the variable once, 
 it, so it acts only before ``import torch``; a value already in the environment is kept. The
 conformance commands (``plga conformance``, ``plga verify``), the pytest plugin in a session that
 runs the shipped suite, and the project's own test suite call it; ``plga bench`` never does, as
-it measures the setting users get.
+it measures the setting users get. A check that runs past its limit where waits are not passive
+(:func:`waits_are_passive`) says so in its failure message.
 """
 
 from __future__ import annotations
@@ -37,13 +38,14 @@ def passive_waits() -> bool:
     ``PASSIVE``. False when the environment names another policy, or torch is already loaded
     with none named (too late: the variable is then left unset rather than shown as in effect).
     """
-    current = os.environ.get(WAIT_POLICY_ENV)
-    if current is None:
-        if "torch" in sys.modules:
-            return False
+    if WAIT_POLICY_ENV not in os.environ and "torch" not in sys.modules:
         os.environ[WAIT_POLICY_ENV] = "PASSIVE"
-        return True
-    return current.strip().upper() == "PASSIVE"
+    return waits_are_passive()
 
 
-__all__ = ["WAIT_POLICY_ENV", "passive_waits"]
+def waits_are_passive() -> bool:
+    """Whether the environment asks OpenMP to wait passively (it took effect if set before torch loaded)."""
+    return os.environ.get(WAIT_POLICY_ENV, "").strip().upper() == "PASSIVE"
+
+
+__all__ = ["WAIT_POLICY_ENV", "passive_waits", "waits_are_passive"]

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ImplementationLoadError, InputError
+from ..openmp import WAIT_POLICY_ENV, waits_are_passive
 from ..progress import progress
 from . import memo, profiles
 from .adapter import Adapter, SkipCheck, as_adapter, plga_environment, resolve_impl
@@ -318,6 +319,15 @@ def refuse_baseline(adapter: Adapter) -> None:
                                       "would pass by construction; test an independent implementation")
 
 
+def _timeout_hint() -> str:
+    """What else than a hang can run a check past its limit, and the remedies."""
+    hint = " (a hang, or a machine too slow or too busy for the limit: --check-timeout raises it"
+    if not waits_are_passive():
+        hint += ("; OpenMP threads here spin while they wait, which a busy machine turns into stalls: "
+                 f"{WAIT_POLICY_ENV}=PASSIVE before torch loads, as plga conformance sets it")
+    return hint + ")"
+
+
 def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool, seed: int, timeout: float | None,
              xfail_reason: str | None, on_stuck: Callable[[str], None]) -> CheckResult:
     """One check; every way foreign code can leave it (exception, exit, timeout) is its result.
@@ -338,7 +348,7 @@ def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool
     except SkipCheck as exc:
         status, msg = "skipped", str(exc)
     except CheckTimeout as exc:
-        status, msg = "failed", f"timed out: {exc} — the implementation did not return"
+        status, msg = "failed", f"timed out: {exc} — the implementation did not return in time{_timeout_hint()}"
     except AssertionError as exc:
         notes = "\n".join(getattr(exc, "__notes__", []))
         status, msg = "failed", f"{exc}\n{notes}".strip()

@@ -132,13 +132,29 @@ def test_a_kernel_cannot_exit_plga(kernel_dir, impl, fragment):
     assert r.stdout.splitlines()[0].startswith("plga conformance: FAIL") and fragment in r.stdout
 
 
-@pytest.mark.parametrize("impl", ["mykern:spins", "mykern:sleeps", "mykern:swallows"])
-def test_a_hanging_kernel_fails_within_the_limit(kernel_dir, impl):
+_SLOW_OR_HUNG = "a hang, or a machine too slow or too busy for the limit: --check-timeout raises it)"
+
+
+@pytest.mark.parametrize(("impl", "reason"), [("mykern:spins", _SLOW_OR_HUNG), ("mykern:sleeps", _SLOW_OR_HUNG),
+                                              ("mykern:swallows", "swallows interrupts or never returns to Python")])
+def test_a_hanging_kernel_fails_within_the_limit(kernel_dir, impl, reason):
     t0 = time.monotonic()
     r = _plga("--impl", impl, "-k", "attention_unmasked and float32", "--check-timeout", "2", cwd=kernel_dir, timeout=120)
     assert time.monotonic() - t0 < 60
     assert r.returncode == 1, r.stdout[-2000:] + r.stderr[-2000:]
     assert "attention_unmasked[float32]" in r.stdout and "time limit of 2 s" in r.stdout
+    assert reason in r.stdout, r.stdout[-2000:]
+
+
+@pytest.mark.parametrize(("policy", "hinted"), [(None, True), ("ACTIVE", True), ("PASSIVE", False)])
+def test_a_timeout_names_spinning_openmp_threads_where_they_spin(monkeypatch, policy, hinted):
+    from plga.conformance.runner import _timeout_hint
+
+    if policy is None:
+        monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
+    else:
+        monkeypatch.setenv("OMP_WAIT_POLICY", policy)
+    assert ("OMP_WAIT_POLICY=PASSIVE before torch loads" in _timeout_hint()) is hinted
 
 
 def test_a_run_stopped_by_sigterm_reports_what_finished_without_a_verdict(kernel_dir):
