@@ -36,10 +36,11 @@ one pass over W per 16 rows): 32000 × 256 at 8 rows 2.6 → 1.4 ms, at 16 rows 
 captured kvg steps at batch 8: ``small`` 4.6–5.0 → 2.7–3.4 ms, paper-110m 27.5 → 17.2 ms.
 With AVX-512 the dot-product blocks stay faster where W is cached; where a float32 W of 16 MiB
 or more streams from memory the broadcast blocks take over while their working set fits L1
-(K < 512) and, at any K, past 8 rows (on an AMD EPYC with AVX-512, 32000 × 256 at 8 rows:
+(K < 512) and, at any K, past 6 rows (on an AMD EPYC with AVX-512, 32000 × 256 at 8 rows:
 1.81–1.84 → 1.11–1.17 ms; 32000 × 896 at 16 rows: 7.7–8.2 → 6.1–6.3 ms; captured float32
 ``small`` steps at batch 8, interleaved in one process: kvg 2.9–3.2 → 2.3–2.5 ms, kv 3.5–3.9 →
-3.1–3.3 ms).
+3.1–3.3 ms; on 16 lanes, which read a streamed W at the memory's rate, 7 and 8 rows moved to
+them: 32182 × 896 at 8 rows 2.70 → 1.68 ms, on an AMD EPYC Zen 5).
 At one row the AVX2 blocks also pass over 4 rows of W at a time: one row of W per pass left a
 single FMA chain per output, bound by the FMA's latency (bfloat16 2688 × 896 0.33–0.39 → 0.11–0.13
 ms); bfloat16 kvg steps at batch 1, plain paper-110m 16.5–18.1 → 11.3 ms, captured ``small``

@@ -187,12 +187,20 @@ __attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, floa
 // equal or faster over most cached weights (2688 × 896 at 16 rows: 0.51–0.60 against 0.44–0.48 ms)
 // but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks. (These were the
 // 8-lane broadcast blocks; AVX-512 now runs the 16-lane ones, bcast_block512.)
+// The 16-lane blocks read a streamed W at the memory's rate for any M ≤ 8 (AMD EPYC Zen 5, 2
+// threads: 1.5–1.7 ms per 110 MiB), while the dot blocks' second group of rows costs more as it
+// fills; so at 7 and 8 rows they take a streamed W at every K. Dot blocks against broadcast, in
+// one process, W of 20 / 40 / 110 MiB: 8 rows, K = 896: 286 / 744 / 2700 against 264 / 523 / 1680
+// µs; K = 2048: 316 / 932 / 3090 against 275 / 539 / 1529; K = 512 equal (249 / 524 / 1798 against
+// 253 / 525 / 1708); 7 rows 1.04–1.09× (K = 512) to 1.15–1.74× (K = 896, 2048). At 5 and 6 rows
+// the dot blocks stay, faster at K = 512 (5 rows 0.69–0.86×, 6 rows 0.85–0.91×) and at 5 rows
+// below ~100 MiB; cached weights keep them too (8 rows, 1–9 MiB: 0.87–1.27×, no clear side).
 constexpr int64_t kStreamedBytes = int64_t{16} << 20;  // a float32 W at least this large streams from memory
 constexpr int64_t kL1Bytes = int64_t{32} << 10;
 
 // Whether AVX-512's float32 product of M > kMaxGroup rows runs the broadcast blocks.
 bool streamed_broadcast(int64_t M, int64_t N, int64_t K) {
-  return N * K * 4 >= kStreamedBytes && (M > 8 || 64 * K < kL1Bytes);
+  return N * K * 4 >= kStreamedBytes && (M > 6 || 64 * K < kL1Bytes);
 }
 
 constexpr int64_t kChunk = 16;  // rows of x per broadcast pass: two vectors of 8 lanes

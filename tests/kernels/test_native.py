@@ -81,14 +81,16 @@ def test_rows_linear_within_the_float32_accumulation_bound(dtype, m, n, k, block
 
 
 #: Weights of at least 16 MiB (the kernel's kStreamedBytes), which stream from memory: float32
-#: past 4 rows of x takes the broadcast blocks with AVX-512 where K < 512 and past 8 rows at any K
-#: (8 rows at K = 897 the dot blocks); a vocabulary-sized bfloat16 product of one row. 16323 = 680
+#: past 4 rows of x takes the broadcast blocks with AVX-512 where K < 512 and past 6 rows at any K
+#: (5 and 6 rows at K = 897 the dot blocks); a vocabulary-sized bfloat16 product of one row. 16323 = 680
 #: spans of 24 rows + 3, 4683 = 195 + 3, 32771 = 8192 blocks of 4 + 3; every K has a tail (and is
 #: odd: the paired 16-lane blocks' last column).
 STREAMED = [
     (torch.float32, 5, 16323, 257),
     (torch.float32, 8, 16323, 257),
     (torch.float32, 17, 16323, 257),
+    (torch.float32, 6, 4683, 897),
+    (torch.float32, 7, 4683, 897),
     (torch.float32, 8, 4683, 897),
     (torch.float32, 9, 4683, 897),
     (torch.bfloat16, 1, 32771, 257),
