@@ -185,8 +185,9 @@ __attribute__((target("avx2,fma"))) void block_avx2(const T* x, const T* w, floa
 // against 6.13–6.17 ms), at 16 rows 7.69–8.20 against 6.08–6.27 ms; 8000 × 512 (64·K = 32 KiB,
 // cached) at 8 rows 0.44–0.52 against 0.46–0.58 ms. Past 8 rows the broadcast blocks were also
 // equal or faster over most cached weights (2688 × 896 at 16 rows: 0.51–0.60 against 0.44–0.48 ms)
-// but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks. (These were the
-// 8-lane broadcast blocks; AVX-512 now runs the 16-lane ones, bcast_block512.)
+// but not all (256 × 688: 39–46 against 57–64 µs); those keep the dot blocks. (These figures,
+// and the bound of 8 rows they set, were the 8-lane broadcast blocks'; AVX-512 now runs the
+// 16-lane ones, bcast_block512, and the bound is 6 rows, as follows.)
 // The 16-lane blocks read a streamed W at the memory's rate for any M ≤ 8 (AMD EPYC Zen 5, 2
 // threads: 1.5–1.7 ms per 110 MiB), while the dot blocks' second group of rows costs more as it
 // fills; so at 7 and 8 rows they take a streamed W at every K. Dot blocks against broadcast, in
