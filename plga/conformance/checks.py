@@ -325,8 +325,22 @@ def score_precision_ratio(dtype: str) -> float:
     return min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
 
 
+#: Where the finite mask's fill enters the magnitude of a query row with no allowed key: while the
+#: scores' precision still carries s in −1e9 + s (u · 1e9 ≤ this; float64: 1.1e-7), a sound kernel
+#: that normalizes by a log-sum-exp, P = exp(x − lse), rounds lse at 1e9 and carries u · 1e9 in
+#: every weight. Below float64, −1e9 + s rounds to −1e9 for |s| < 32, the row is uniform in every
+#: sound kernel and in the baselines alike, and the fill adds nothing (it would void the row's check).
+FILL_CARRIES_SCORES = 2.0**-10
+
+
+def fill_counts(dtype: str) -> bool:
+    """Whether the finite mask's −1e9 fill enters the magnitude of rows with no allowed key in
+    ``dtype`` (:data:`FILL_CARRIES_SCORES`): float64 only."""
+    return score_precision_ratio(dtype) * UNIT_ROUNDOFF[dtype] * abs(eg.MASK_FILL) <= FILL_CARRIES_SCORES
+
+
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None,
-                        scores: ExactScores | None = None) -> float:
+                        scores: ExactScores | None = None, fill: float = 0.0) -> float:
     """Magnitude of the terms entering attention out, in units of the inputs' dtype:
     max over outputs of Σⱼ Pⱼ |vⱼ| · (1 + r · max|allowed scaled score|).
 
@@ -345,6 +359,10 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     inputs (bfloat16 and float16 kernels accumulate in float32) — so r = u(score precision) /
     u(inputs): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for float16. Kernels that
     keep scores in bfloat16 or float16 are judged by the baselines, which do the same.
+
+    ``fill``: the magnitude the finite mask adds to the scores of a row with no allowed key (its
+    weights are then softmax(s − 1e9), with lse near −1e9): that row's score factor is
+    1 + r · (fill + max|s| over its keys). The caller passes it where :func:`fill_counts`.
     """
     r = score_precision_ratio(dtype_name(t["q"]))
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)  # [B, H, T, dv]
@@ -354,7 +372,12 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     p, empty = scores.softmax()  # [B, H, S, T], [B, H, S, 1]
     weighted = p @ v  # Σⱼ Pⱼ |vⱼ| [B, H, S, dv]
     weighted = np.where(empty, v.max(axis=(-2, -1), keepdims=True), weighted)
-    return float(weighted.max()) * (1.0 + r * scores.max_abs()[1])
+    factor = 1.0 + r * scores.max_abs()[1]
+    if fill and empty.any():
+        row_max = np.abs(scores.x).max(axis=-1, keepdims=True) if scores.x.size else np.zeros_like(empty, dtype=float)
+        empty_factor = 1.0 + r * (fill + float(np.max(np.where(empty, row_max, 0.0))))
+        return max(float(np.max(np.where(empty, 0.0, weighted))) * factor, float(np.max(np.where(empty, weighted, 0.0))) * empty_factor)
+    return float(weighted.max()) * factor
 
 
 def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, finite_mask: bool = False) -> None:
@@ -369,13 +392,15 @@ def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, fi
     truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and case.small, **kw)
     out = _call(ctx, "attention", t["q"], t["k"], t["v"], t["G"], **kw)
     base, mag = _baselines(t, **kw), attention_magnitude(t, case.causal, case.scale, scores=scores)
-    parts: list[tuple[str, Any]] = [("", None)]
+    parts: list[tuple[str, Any, float]] = [("", None, mag)]
     if finite_mask and scores.allowed is not None:
         has_key = scores.allowed.any(axis=-1, keepdims=True)  # [B or 1, 1, S, 1]
-        parts = [(", query rows with an allowed key", has_key), (", query rows with no allowed key", ~has_key)]
-    for part, judged in parts:
+        fill = abs(eg.MASK_FILL) if fill_counts(ctx.dtype) else 0.0
+        mag_empty = attention_magnitude(t, case.causal, case.scale, scores=scores, fill=fill)
+        parts = [(", query rows with an allowed key", has_key, mag), (", query rows with no allowed key", ~has_key, mag_empty)]
+    for part, judged, m in parts:
         assert_conforms(out, base, truth, dtype=ctx.dtype, k=k_for(ctx.name), what=what + part, note=case.describe(),
-                        magnitude=mag, judged=judged)
+                        magnitude=m, judged=judged)
 
 
 def _attention_check(ctx: Context, *, what: str, causal: bool | None, paddings: tuple[str, ...],
@@ -1216,8 +1241,18 @@ def check_collapsed_equals_kvg(ctx: Context) -> None:
 
 
 def _other_prompt(prompt: np.ndarray, vocab: int) -> np.ndarray:
-    """A second prompt of the same shape and padding, every real id changed."""
-    return np.where(prompt > 0, (prompt * 7 + 3) % (vocab - 1) + 1, 0)
+    """A second prompt of the same shape, every real id changed and, where the shape allows, its
+    padding moved: the rows' padding patterns rotated by one row, or where that changes nothing
+    (one row, or rows padded alike) one more position of the last row padded at its padded end.
+    A loaded model that keeps the first prompt's padding mask while the shape stays the same
+    decodes the second prompt wrongly."""
+    real = prompt > 0  # [B, T]
+    moved = np.roll(real, 1, axis=0)
+    if (moved == real).all() and real[-1].sum() > 1:
+        moved = real.copy()
+        cols = np.flatnonzero(real[-1])
+        moved[-1, cols[0] if not real[-1, 0] else cols[-1]] = False  # left padding grows at the left, else at the right
+    return np.where(moved, (prompt * 7 + 3) % (vocab - 1) + 1, 0)
 
 
 @register("gcache_invalidated", "cache", requires=("cache_kvg",))

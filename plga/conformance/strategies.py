@@ -3,16 +3,17 @@
 **Regions.** Every check first runs its *boundary cases* — a fixed list, the same in every
 profile, that visits every region of every input axis at least once: lengths 1, small odd
 sizes (3, 5, 7, 13, 17, 33, 65) and sizes past 16/32/64/128 (keys 40–64 and 129–300, so
-key-block tiling of 64 or 128 leaves a tail), head dims 2 … 256 (32, 48, 80, 96, 128, 160,
-256), value widths ≠ d, heads 1 … 33 (8 and 16, multiples of a head chunk; the paper's 14
-heads of 64), batch 1 … 5, S < T, S = T, S = 1, S > T (unmasked), every scale region
+key-block tiling of 64 or 128 leaves a tail; 600 and 1100 keys), head dims 2 … 257 (odd 5 and
+257; 32, 48, 80, 96, 128, 160, 256), value widths ≠ d, heads 1 … 700 (8 and 16, multiples of a
+head chunk; the paper's 14 heads of 64), batch 1 … 5, query rows B·H·S past 4096 and 65 535,
+S < T, S = T, S = 1, S > T (unmasked), every scale region
 (None, given, tiny, large), every padding pattern (none, right, left, scattered holes, fully
 padded batch rows), every G family (identity, random, sentinel, ill-conditioned, rank one,
 the trained G_LM, batched [B,H,d,d]), five decoder configurations (1–3 layers and heads, both
 RoPE styles, 1–3 residual units and SwiGLU blocks) and generation with 0, 1 and several new
 tokens at batch 3 with padding, plus a 40-token prompt (positions past 16 and 32) and a batch
 of 4 padded rows. Then the profile's Hypothesis budget draws small random cases around them
-(attention: T ≤ 72, H ≤ 8, B ≤ 4, d ≤ 32). Each case reports its regions
+(attention: T ≤ 72, H ≤ 8, B ≤ 4, d ≤ 32, odd d included). Each case reports its regions
 (:meth:`AttentionCase.regions`, …) for the coverage report.
 
 Shapes, flags and families are drawn with labels, so a failure prints e.g. ``Draw 3 (G family):
@@ -101,17 +102,34 @@ def available_families() -> tuple[str, ...]:
 
 
 #: Upper ends of the size regions: powers of two, where tiled kernels put their block, chunk
-#: and tile boundaries (key blocks of 16–128, head chunks of 4–32, value tiles of 16–128).
-SIZE_REGION_ENDS = (1, 8, 16, 32, 64, 128, 256)
+#: and tile boundaries (key blocks of 16–128, head chunks of 4–32, value tiles of 16–128) and
+#: switch paths (flash-decoding key splits from 512 or 1024 keys).
+SIZE_REGION_ENDS = (1, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
 def size_region(n: int) -> str:
     """The region of a length or width that tiled kernels special-case: 1, 2–8, 9–16, 17–32,
-    33–64, 65–128, 129–256, 257+ (a region is printed only when a case inside it ran)."""
+    33–64, 65–128, 129–256, 257–512, 513–1024, 1025+ (a region is printed only when a case
+    inside it ran)."""
     lo = 1
     for hi in SIZE_REGION_ENDS:
         if n <= hi:
             return str(hi) if lo == hi else f"{lo}–{hi}"
+        lo = hi + 1
+    return f"{lo}+"
+
+
+#: Upper ends of the query-row regions (B·H·S, the rows a kernel launches over): chunks of 4096
+#: rows and a CUDA grid's 65 535 blocks in one dimension.
+ROW_REGION_ENDS = (4096, 65535)
+
+
+def rows_region(n: int) -> str:
+    """The region of a count of query rows B·H·S: 1–4096, 4097–65535, 65536+."""
+    lo = 1
+    for hi in ROW_REGION_ENDS:
+        if n <= hi:
+            return f"{lo}–{hi}"
         lo = hi + 1
     return f"{lo}+"
 
@@ -185,7 +203,8 @@ class AttentionCase:
         g = self.family + (" [B,H,d,d]" if self.g_batched else "")
         mask = ("causal + " if self.causal else "") + self.padding + (" (query rows with no key)" if self.has_empty_rows() else "")
         return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
-                "T (keys)": size_region(self.t), "S vs T": rel, "d": size_region(self.d),
+                "query rows (B·H·S)": rows_region(self.b * self.h * self.s), "T (keys)": size_region(self.t), "S vs T": rel,
+                "d": size_region(self.d) + (" odd" if self.d % 2 else ""),
                 "dv": "dv=d" if self.dv == self.d else "dv≠d", "scale": scale_region(self.scale), "mask": mask, "G": g}
 
     def describe(self) -> str:
@@ -237,7 +256,12 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: block, with a partial one) and head dim 128 with a G that is not symmetric (the usual LLM
 #: head size, often a specialised path; the d = 128 case above has G = I, where Gᵀ = G); then
 #: whole numbers of tiles, 128 queries over 128 keys and 64 over 256 (a kernel that sizes its
-#: last block as n % BLOCK, without ``or BLOCK``, drops a whole block only there).
+#: last block as n % BLOCK, without ``or BLOCK``, drops a whole block only there); then odd head
+#: dims (5, and 257: past 256, where a kernel's head-dim tile or register budget ends — vector
+#: loads in pairs or a 256-wide tile drop features there), 600 keys (between the 512 and the 1024
+#: of flash-decoding paths), and many query rows B·H·S, where kernels launch rows in chunks or a
+#: grid: 2 × 8 × 4201 = 67 216 rows (past 4096-row chunks and a CUDA grid's 65 535 blocks, with
+#: a partial chunk; causal checks clip it to S = T = 5) and 3 × 700 heads × 2 = 4200 rows at S = T.
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -262,6 +286,11 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (2, 2, 9, 40, 128, 128, "random", True, None),
     (1, 2, 128, 128, 16, 16, "random", False, None),
     (2, 3, 64, 256, 8, 8, "rank_one", True, None),
+    (2, 3, 5, 9, 5, 5, "random", True, None),
+    (1, 2, 3, 11, 257, 257, "random", False, None),
+    (2, 2, 3, 600, 16, 16, "random", True, None),
+    (2, 8, 4201, 5, 8, 8, "random", False, None),
+    (3, 700, 2, 2, 4, 4, "rank_one", False, None),
 )
 
 
@@ -295,11 +324,12 @@ def boundary_attention_cases(*, causal: bool | None, paddings: tuple[str, ...], 
 @st.composite
 def attention_cases(
     draw: Any, *, causal: bool | None = None, padding: tuple[str, ...] = ("none",), families: tuple[str, ...] | None = None,
-    max_len: int = 72, dims: tuple[int, ...] = (2, 4, 6, 8, 16, 24, 32), min_heads: int = 1, max_heads: int = 8,
+    max_len: int = 72, dims: tuple[int, ...] = (2, 3, 4, 5, 6, 8, 16, 24, 32), min_heads: int = 1, max_heads: int = 8,
     max_batch: int = 4,
 ) -> AttentionCase:
     """A drawn :class:`AttentionCase` (shapes up to T, S ≤ 72 — one 64-key block and a tail —,
-    H ≤ 8, B ≤ 4, d ≤ 32; the boundary cases hold the large ones); ``causal=None`` draws it."""
+    H ≤ 8, B ≤ 4, d ≤ 32, odd d among them; the boundary cases hold the large ones);
+    ``causal=None`` draws it."""
     b = draw(st.integers(1, max_batch), label="batch")
     h = draw(st.integers(min_heads, max(min_heads, max_heads)), label="heads")
     d = draw(st.sampled_from(dims), label="d")
@@ -390,7 +420,8 @@ def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 6, 8), max_len: int
 #: blocks; then past the sizes a kernel's tables, tiles and loops are often cut at — 4 layers,
 #: 5 heads of dimension 32 (scale 1/√32), a vocabulary of 97 (past 64), RoPE base 5·10⁵ and a
 #: context of 300 (past 64 and 256: position tables, interpolation) — and a small model with
-#: base 1000 and a context of 1024 that the 300-token case below runs past position 256; last,
+#: base 1000, a vocabulary of 601 (past 512, with a partial block of a 512-column head) and a
+#: context of 1024 that the cases below run past positions 256 and 512; last,
 #: the released model's counts at a small width — 6 layers (past its 5), 14 heads (past head
 #: chunks of 8), 8 residual units of 4 SwiGLU blocks, a vocabulary of 300 (past 256) and a
 #: context of 24 that the case below fills — and its head dimension, 64, in one head.
@@ -401,7 +432,7 @@ BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (2, 3, 4, 12, 3, 2, 1, 29, "rotate_half"),
     (1, 2, 16, 40, 9, 2, 3, 64, "rotate_half"),
     (4, 5, 32, 48, 6, 1, 1, 97, "interleaved", 500000.0, 300),
-    (1, 2, 8, 12, 4, 1, 1, 41, "rotate_half", 1000.0, 1024),
+    (1, 2, 8, 12, 4, 1, 1, 601, "rotate_half", 1000.0, 1024),
     (6, 14, 4, 16, 4, 8, 4, 300, "rotate_half", 10000.0, 24),
     (1, 1, 64, 16, 4, 1, 1, 41, "interleaved"),
     (2, 2, 8, 12, 4, 1, 2, 256, "interleaved", 10000.0, 300),
@@ -479,10 +510,13 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: a paged or blocked KV cache whose next page is allocated wrongly shows only there); then
 #: prompts whose length is a whole number of tiles, 64 (16, 32, 64) with a vocabulary of 256
 #: (a head tiled by up to 256 columns) and 256 (128, 256): a tiled kernel that sizes its last
-#: block as n % BLOCK, without ``or BLOCK``, drops a whole block only there.
+#: block as n % BLOCK, without ``or BLOCK``, drops a whole block only there; last, past 512
+#: (a prefill chunk, a cache of 512 keys): a cache that grows past 512 keys while decoding (508 →
+#: 516) and a 600-token prompt (a prefill in 512-token chunks, a ring of 512 keys).
 BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
     (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 300, 3), (1, 2, 5, 20), (7, 2, 24, 0), (7, 1, 12, 12),
-    (1, 2, 30, 6), (6, 1, 60, 8), (6, 1, 125, 6), (6, 1, 250, 10), (9, 2, 64, 2), (6, 1, 256, 2),
+    (1, 2, 30, 6), (6, 1, 60, 8), (6, 1, 125, 6), (6, 1, 250, 10), (9, 2, 64, 2), (6, 1, 256, 2), (6, 1, 508, 8),
+    (6, 1, 600, 3),
 )
 
 
@@ -535,8 +569,8 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 __all__ = [
     "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "FLOOR_B_SHIFT", "G_FAMILIES",
-    "MAX_ABS_SCORE", "NEAR_EPSILON_Q_SCALE", "PADDINGS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
+    "MAX_ABS_SCORE", "NEAR_EPSILON_Q_SCALE", "PADDINGS", "ROW_REGION_ENDS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
     "boundary_attention_cases", "boundary_chain_cases", "boundary_configs", "boundary_tokens", "chain_cases",
-    "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "scale_region",
+    "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "rows_region", "scale_region",
     "sentinel_g", "size_region", "token_batches", "token_regions",
 ]

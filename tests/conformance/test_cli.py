@@ -86,7 +86,7 @@ def test_verdict_first_then_coverage_and_exit_codes(kernel_dir):
     assert ok.returncode == 0, ok.stdout[-3000:] + ok.stderr[-2000:]
     first = ok.stdout.splitlines()[0]
     assert first.startswith("plga conformance: PASS") and "seed 20260" in first
-    assert "Coverage" in ok.stdout and "full_rows" in ok.stdout and "129–256, 257+" in ok.stdout
+    assert "Coverage" in ok.stdout and "full_rows" in ok.stdout and "129–256, 257–512, 513–1024, 1025+" in ok.stdout
     bad = _plga("--impl", "plga.conformance.broken:transposed_g", "-k", "sentinel_g and float32", cwd=kernel_dir)
     assert bad.returncode == 1, bad.stdout[-3000:]
     assert bad.stdout.splitlines()[0].startswith("plga conformance: FAIL")
@@ -110,8 +110,9 @@ def test_json_report_records_verdict_and_coverage(kernel_dir):
     data = json.loads(r.stdout)
     assert r.returncode == 0 and data["verdict"] == "PASS" and data["seed"] == profiles.DEFAULT_SEED
     axes = data["coverage"]["attention"]
-    assert {"1", "33–64", "129–256", "257+"} <= set(axes["T (keys)"]) and {"S<T", "S=T", "S=1", "S>T"} <= set(axes["S vs T"])
+    assert {"1", "33–64", "129–256", "257–512", "513–1024", "1025+"} <= set(axes["T (keys)"]) and {"S<T", "S=T", "S=1", "S>T"} <= set(axes["S vs T"])
     assert {"None (1/√d)", "tiny (<0.01)", "large (>1)"} <= set(axes["scale"])
+    assert {"2–8 odd", "257–512 odd"} <= set(axes["d"]) and {"1–4096", "4097–65535", "65536+"} <= set(axes["query rows (B·H·S)"])
 
 
 def test_hostile_working_folder_has_no_effect(kernel_dir):

@@ -12,7 +12,10 @@ decoder's logits) multiplied by 1.5 there and nowhere else:
 * decoder and caches: logits wrong past position 16 (a 40-token prompt); wrong for batch ≥ 4;
   and, after a second audit, wrong past position 256, for a RoPE base other than 10000, a
   context over 64, 4 heads or more, head dims over 16, 4 layers or more, a vocabulary over 64,
-  batch ≥ 5, from the 5th generated token, or for generation prompts of 17–32 tokens.
+  batch ≥ 5, from the 5th generated token, or for generation prompts of 17–32 tokens;
+* after a third audit: attention wrong only at an odd head dim, for d > 256, for 513–1024 keys
+  with padding, or past 4096 and 65 535 query rows (B·H·S); decoders wrong only for a
+  vocabulary over 512 or past position 512.
 
 Before these regions were added every one of them got PASS. Each must now get FAIL in the
 quick profile, while the unmodified kernels PASS the same checks.
@@ -66,6 +69,14 @@ ATTENTION_REGIONS = [
     ("T > 1024 keys", lambda q, k, v: k.shape[2] > 1024, "attention_unmasked"),
     ("S > 256 queries", lambda q, k, v: q.shape[2] > 256, "attention_unmasked"),
     ("several intra-op threads", lambda q, k, v: torch.get_num_threads() > 1, "thread_counts"),
+    # a third audit (kernels with one bug each, written as a third party would): odd and wide
+    # head dims, 513–1024 keys, and query rows B·H·S past 4096 and 65 535
+    ("odd head dim", lambda q, k, v: q.shape[-1] % 2 == 1, "attention_unmasked"),
+    ("d > 256", lambda q, k, v: q.shape[-1] > 256, "attention_unmasked"),
+    ("513 <= T <= 1024 keys (padding)", lambda q, k, v: 513 <= k.shape[2] <= 1024, "attention_padding"),
+    ("B·H·S > 4096 query rows", lambda q, k, v: q.shape[0] * q.shape[1] * q.shape[2] > 4096, "attention_unmasked"),
+    ("B·H·S > 4096 query rows (causal)", lambda q, k, v: q.shape[0] * q.shape[1] * q.shape[2] > 4096, "attention_causal"),
+    ("B·H·S > 65535 query rows", lambda q, k, v: q.shape[0] * q.shape[1] * q.shape[2] > 65535, "attention_unmasked"),
 ]
 
 
@@ -175,6 +186,9 @@ DECODER_REGIONS = [
     ("batch >= 5", lambda a: a.batch >= 5, DECODER_CHECKS),
     ("the 5th new token on", lambda a: a.step is not None and a.step >= 4, _GENERATION),
     ("generation prompts of 17-32 tokens", lambda a: a.prompt is not None and 17 <= a.prompt <= 32, _GENERATION),
+    # a third audit: past 512 (a vocabulary block, a prefill chunk, a cache of 512 keys)
+    ("vocabulary > 512", lambda a: a.config.input_vocab_size > 512, DECODER_CHECKS),
+    ("positions past 512", lambda a: a.position >= 512, DECODER_CHECKS),
 ]
 
 
@@ -214,8 +228,8 @@ def test_project_kernels_pass_the_same_checks():
 def test_coverage_report_names_the_new_regions():
     report = check_kernel("default", checks=["attention_unmasked[float32]", "forward_logits[float32]"], profile="quick")
     att, dec = ({axis: set(regions) for axis, regions in report.coverage()[g].items()} for g in ("attention", "decoder"))
-    assert {"9–16", "33–64"} <= att["heads"] and {"17–32", "33–64", "257+"} <= att["T (keys)"]
-    assert "129–256" in att["d"]
+    assert {"9–16", "33–64", "513–1024"} <= att["heads"] and {"17–32", "33–64", "257–512", "513–1024", "1025+"} <= att["T (keys)"]
+    assert {"129–256", "2–8 odd", "257–512 odd"} <= att["d"] and {"4097–65535", "65536+"} <= att["query rows (B·H·S)"]
     assert "33–64" in dec["sequence length"]
 
 
@@ -292,3 +306,28 @@ def test_the_gram_layernorm_is_judged_near_its_epsilon(monkeypatch):
     # negative control: the same case at the usual query scale (Gram rows' variance ~10)
     monkeypatch.setattr(sh, "NEAR_EPSILON_Q_SCALE", 1.0)
     assert check_kernel(_EpsOutsideTheRoot(), checks=["forward_logits"], profile="quick", shrink=False).verdict == "PASS"
+
+
+@pytest.mark.parametrize("prompt", [
+    [[5, 6, 7]],  # one row, no padding
+    [[0, 0, 5, 6]],  # one row, left padding
+    [[5, 6, 0], [5, 6, 7], [5, 0, 0]],  # right padding, rows of different lengths
+    [[5, 6], [7, 8]],  # rows padded alike (not at all)
+    [[0, 5, 6], [0, 0, 7]],  # left padding
+])
+def test_second_prompt_moves_the_padding(prompt):
+    """gcache_invalidated and state_between_calls decode a second prompt on the same loaded model:
+    the same shape (a model that keeps per-shape buffers reuses them), every real id changed, and
+    the padding moved — a model that keeps the first prompt's padding mask while the shape stays
+    the same then decodes wrongly (the third audit's miss)."""
+    import numpy as np
+
+    from plga.conformance.checks import _other_prompt
+
+    p = np.array(prompt)
+    other = _other_prompt(p, 23)
+    assert other.shape == p.shape and not ((other > 0) == (p > 0)).all()
+    assert not ((other == p) & (p > 0)).any()  # every id that stays real is another id
+    for row in other > 0:  # each row keeps one run of real ids, padded at one end only
+        cols = np.flatnonzero(row)
+        assert len(cols) >= 1 and (np.diff(cols) == 1).all()

@@ -21,6 +21,7 @@ from typing import Any
 from ..eager import EagerDecoder
 from .chain import ChainControl
 from .decoders import (
+    ChunkedPrefillFrozenA,
     CollapsedStepsPlainSdpa,
     DecoderControl,
     FirstDenseBlockOnly,
@@ -31,16 +32,20 @@ from .decoders import (
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
+    LoadedDecoderControl,
     PaddingIgnoredAfterPrompt,
+    PaddingMaskKeptByShape,
     PositionsRoundedToBf16,
+    RingKvCache,
     RotateHalfAsInterleaved,
     RowLengthsMixed,
     SecondBestNearTie,
     StepPositionsOffByOne,
     StepPositionTableOfEight,
     VocabBlocksReversedPerThread,
+    VocabTailBlockDropped,
 )
-from .masks import FiniteMaskAsIdeal
+from .masks import FiniteMaskAsIdeal, LogSumExpFiniteMask
 from .tiled import TiledAttention, Tiling
 
 
@@ -86,6 +91,9 @@ _LIST = [
             _tiled("split_k", key_block=32, splits=3), correct=True),
     Control("one_head_per_chunk", "one head per chunk, 128-key blocks, one value tile",
             _tiled("one_head_per_chunk", key_block=128, head_chunk=1, value_tile=256), correct=True),
+    Control("lse_finite_mask_float64", "float64, softmax as exp(x − logsumexp(x)) with the finite −1e9 mask: on a row "
+            "with no allowed key every weight carries u·1e9 from the log-sum-exp", lambda: LogSumExpFiniteMask(
+                "controls.lse_finite_mask_float64"), correct=True),
     # tiling bugs: visible only past a block, chunk or tile
     Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
             _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),
@@ -116,6 +124,16 @@ _LIST = [
     Control("vocab_blocks_reversed_per_thread", "the vocabulary product in one column block per intra-op thread, the "
             "blocks put back in reverse order (exact at one thread)",
             _decoder("vocab_blocks_reversed_per_thread", VocabBlocksReversedPerThread), caught_by=("decoder_thread_counts",)),
+    Control("mid_keys_padding_dropped", "from 512 to 1023 keys, a two-pass path is never handed the key padding mask",
+            _tiled("mid_keys_padding_dropped", "mid_keys_padding_dropped"), caught_by=("attention_padding",
+                                                                                      "attention_mask_dominance")),
+    Control("row_chunks_tail_dropped", "query rows (B·H·S flattened) launched in chunks of 4096: the partial last chunk "
+            "is never launched (its rows stay zero)", _tiled("row_chunks_tail_dropped", "row_chunks_tail_dropped"),
+            caught_by=_ATT),
+    Control("odd_d_last_feature_dropped", "scores summed over feature pairs: at an odd head dim the last feature is "
+            "dropped", _tiled("odd_d_last_feature_dropped", "odd_d_last_feature_dropped"), caught_by=_ATT),
+    Control("wide_d_second_half_dropped", "one 256-wide head-dim tile: past d = 256 the scores miss the other features",
+            _tiled("wide_d_second_half_dropped", "wide_d_second_half_dropped"), caught_by=_ATT),
     Control("d128_g_transposed", "a specialised head-dim-128 path reads G transposed (Q Gᵀ Kᵀ at d = 128 only)",
             _tiled("d128_g_transposed", "d128_g_transposed"), caught_by=_ATT),
     # edge-value bugs
@@ -194,6 +212,19 @@ _LIST = [
             "from position 257 on they round to 8 significant bits",
             lambda: ForwardOnlyBf16Control("controls.positions_rounded_bf16", PositionsRoundedToBf16),
             caught_by=("forward_logits", "forward_collapsed")),
+    # past 512: a vocabulary block, a prefill chunk, a cache of 512 keys; state on a loaded model
+    Control("vocab_tail_block_dropped", "the vocabulary product in 512-column blocks counted as V // 512: past 512 "
+            "columns the partial last block's logits stay 0", _decoder("vocab_tail_block_dropped", VocabTailBlockDropped),
+            caught_by=_FWD + _CACHE),
+    Control("chunked_prefill_frozen_a", "prompts past 512 tokens prefilled in 512-token chunks, the later chunks "
+            "through the kv step (G_LM from the first chunk's A)", _decoder("chunked_prefill_frozen_a",
+                                                                            ChunkedPrefillFrozenA), caught_by=_FWD + _CACHE),
+    Control("ring_kv_cache_512", "a KV cache of 512 keys kept as a ring: past 512 keys decoding drops the oldest",
+            _decoder("ring_kv_cache_512", RingKvCache), caught_by=_CACHE),
+    Control("padding_mask_kept_by_shape", "a loaded model keeps the prompt's padding mask until the prompt's shape "
+            "changes: a same-shape prompt with other padding decodes with the old mask",
+            lambda: LoadedDecoderControl("controls.padding_mask_kept_by_shape", PaddingMaskKeptByShape),
+            caught_by=("state_between_calls", "gcache_invalidated")),
     Control("collapsed_steps_plain_sdpa", "collapsed decoding's cached steps attend with G = I (the constant G is "
             "forgotten after the prompt)", _decoder("collapsed_steps_plain_sdpa", CollapsedStepsPlainSdpa),
             caught_by=("collapsed_equals_kvg", "state_between_calls")),

@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from .. import eager as eg
+from .. import memo
 from ..adapters import EagerAdapter
 
 
@@ -197,6 +198,87 @@ class FullLastQueryBlockDropped(eg.EagerDecoder):
         return w
 
 
+class VocabTailBlockDropped(eg.EagerDecoder):
+    """The vocabulary product in blocks of 512 columns, counted as V // 512: past 512 columns the
+    partial last block is never computed (its logits stay 0)."""
+
+    BLOCK = 512
+
+    def linear(self, x: Tensor, name: str) -> Tensor:
+        if name != "final_layer":
+            return super().linear(x, name)
+        w, b = self.p["final_layer.weight"], self.p["final_layer.bias"]  # [V, D], [V]
+        v = w.shape[0]
+        stop = v if v <= self.BLOCK else v - v % self.BLOCK
+        out = torch.zeros(*x.shape[:-1], v, dtype=x.dtype, device=x.device)  # [B, S, V]
+        out[..., :stop] = x @ w[:stop].transpose(0, 1) + b[:stop]
+        return out
+
+
+class ChunkedPrefillFrozenA(eg.EagerDecoder):
+    """Prompts past 512 tokens are prefilled in chunks of 512, every chunk after the first through
+    the cached ``kv`` step: its G_LM comes from the first chunk's frozen A, not the whole prompt's."""
+
+    CHUNK = 512
+
+    def forward(self, tokens: Tensor, constant_g: Sequence[Tensor] | None = None) -> Any:
+        tokens = torch.as_tensor(tokens, device=self.device).long()
+        if tokens.shape[1] <= self.CHUNK:
+            return super().forward(tokens, constant_g)
+        logits, deds, caches = super().forward(tokens[:, : self.CHUNK], constant_g)
+        parts = [logits]
+        for lo in range(self.CHUNK, tokens.shape[1], self.CHUNK):
+            out, caches = self.step(tokens[:, lo : lo + self.CHUNK], caches, "kv", constant_g)
+            parts.append(out)
+        return torch.cat(parts, dim=1), deds, caches
+
+
+class RingKvCache(eg.EagerDecoder):
+    """A KV cache of 512 keys kept as a ring: past 512, a decoding step drops the oldest keys
+    (the new tokens' positions stay right)."""
+
+    CAPACITY = 512
+    written: int | None = None
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        if self.written is None:
+            self.written = caches[0].k.shape[2]
+        logits, new = super().step(tokens, caches, mode, constant_g)
+        self.written += tokens.shape[1]
+        for c in new:
+            if c.k.shape[2] > self.CAPACITY:
+                c.k, c.v = c.k[:, :, -self.CAPACITY :], c.v[:, :, -self.CAPACITY :]
+                c.key_allowed = c.key_allowed[:, -self.CAPACITY :]
+        return logits, new
+
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        start = offset if self.written is None else self.written  # the ring's length is not the position
+        return torch.arange(start, start + n, device=self.device)
+
+
+class PaddingMaskKeptByShape(eg.EagerDecoder):
+    """Keeps the prompt's padding mask on the loaded model and rebuilds it only when the prompt's
+    shape changes (a static buffer): a later prompt of the same shape with other padding decodes
+    with the first prompt's padding."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.masks: dict[tuple[int, ...], Tensor] = {}
+        self.mask: Tensor | None = None
+
+    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Sequence[Tensor] | None = None) -> Any:
+        p = torch.as_tensor(prompt, device=self.device).long()
+        self.mask = self.masks.setdefault(tuple(p.shape), p != 0)  # [B, S]
+        return super().generate(prompt, max_new_tokens, mode, constant_g)
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        assert self.mask is not None
+        for c in caches:
+            c.key_allowed = c.key_allowed.clone()
+            c.key_allowed[:, : self.mask.shape[1]] = self.mask
+        return super().step(tokens, caches, mode, constant_g)
+
+
 class DecoderControl(EagerAdapter):
     """An eager-decoder adapter with one decoder bug (``decoder_class``); no attention or chain."""
 
@@ -221,6 +303,22 @@ class DecoderControl(EagerAdapter):
         return dec
 
 
+class LoadedDecoderControl(DecoderControl):
+    """A decoder control that keeps one decoder per weights and configuration between calls, as a
+    library keeps a loaded model: state it carries from one call into the next is seen."""
+
+    def __init__(self, name: str, decoder_class: type[eg.EagerDecoder]) -> None:
+        super().__init__(name, decoder_class)
+        self.loaded: dict[bytes, eg.EagerDecoder] = {}
+
+    def _decoder(self, state_dict: Mapping[str, Any], config: Any) -> eg.EagerDecoder:
+        ref = next(iter(state_dict.values()))
+        key = memo.digest(dict(state_dict), config, str(ref.device))
+        if key not in self.loaded:
+            self.loaded[key] = super()._decoder(state_dict, config)
+        return self.loaded[key]
+
+
 class ForwardOnlyBf16Control(DecoderControl):
     """A bfloat16 prefill/scoring implementation (``forward`` and ``collapsed`` only) with one
     decoder bug; the chain in float32 as the precision policy asks."""
@@ -230,8 +328,9 @@ class ForwardOnlyBf16Control(DecoderControl):
 
 
 __all__ = [
-    "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control", "FullLastQueryBlockDropped",
-    "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo", "LastResidualUnitSkipped",
-    "PaddingIgnoredAfterPrompt", "PositionsRoundedToBf16", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
-    "StepPositionTableOfEight", "StepPositionsOffByOne",
+    "ChunkedPrefillFrozenA", "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control",
+    "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo",
+    "LastResidualUnitSkipped", "LoadedDecoderControl", "PaddingIgnoredAfterPrompt", "PaddingMaskKeptByShape",
+    "PositionsRoundedToBf16", "RingKvCache", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
+    "StepPositionTableOfEight", "StepPositionsOffByOne", "VocabTailBlockDropped",
 ]

@@ -1,8 +1,12 @@
-"""A mask-semantics control: the published finite mask confused with the ideal one."""
+"""Mask-semantics controls: the published finite mask confused with the ideal one (wrong), and
+the finite mask through a log-sum-exp normalization in float64 (correct)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
+
+import torch
 
 from .. import eager as eg
 from ..adapter import Adapter
@@ -25,4 +29,35 @@ class FiniteMaskAsIdeal(Adapter):
                                  finite_mask=False)
 
 
-__all__ = ["FiniteMaskAsIdeal"]
+class LogSumExpFiniteMask(Adapter):
+    """Sound, float64: P = exp(x − logsumexp(x)) over the scaled scores x, the finite mask added
+    as −1e9 (or −∞ for the ideal mask, rows with no key zeroed), then P V. On a row with no
+    allowed key x is about −1e9 and the log-sum-exp is rounded at that magnitude: every weight
+    carries u · 1e9 ≈ 1e-7 relative, which the tolerance allows there and nowhere else."""
+
+    dtypes = ("float64",)
+    capabilities = frozenset({"attention", "causal", "key_padding_mask", "finite_mask"})
+    dtype_policy = "float64, softmax as exp(x − logsumexp(x))"
+
+    def __init__(self, name: str) -> None:
+        self.name, self.version = name, "control"
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                  scale: float | None = None, finite_mask: bool = False) -> Any:
+        s, t = q.shape[2], k.shape[2]
+        sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+        qg = q if G is None else q @ G
+        x = (qg @ k.transpose(-1, -2)) * sc  # [B, H, S, T]
+        allowed = torch.ones(s, t, dtype=torch.bool, device=q.device)
+        if causal:
+            allowed = allowed.tril(diagonal=t - s)
+        allowed = allowed[None, None] if key_padding_mask is None else allowed & ~key_padding_mask[:, None, None, :]
+        if finite_mask:
+            x = x + torch.where(allowed, 0.0, eg.MASK_FILL).to(x.dtype)
+        else:
+            x = x.masked_fill(~allowed, -math.inf)
+        p = torch.exp(x - torch.logsumexp(x, dim=-1, keepdim=True))
+        return torch.nan_to_num(p, nan=0.0) @ v  # an ideal-mask row with no key: exp(−∞ + ∞) → 0
+
+
+__all__ = ["FiniteMaskAsIdeal", "LogSumExpFiniteMask"]

@@ -19,9 +19,13 @@ from torch import Tensor
 from ..adapter import Adapter
 
 #: Where the long-context and long-prompt bugs of the controls switch on: key lengths from 512 (a
-#: flash-decoding split path) and query blocks of 256 rows.
+#: flash-decoding split path; a two-pass path up to 1024), query blocks of 256 rows, launches of
+#: 4096 query rows (B·H·S flattened) and a 256-wide head-dim tile.
 LONG_KEYS = 512
+TWO_PASS_KEYS_END = 1024
 QUERY_BLOCK = 256
+ROW_CHUNK = 4096
+HEAD_DIM_TILE = 256
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,6 +46,8 @@ def _support(b: int, s: int, t: int, causal: bool, pad: Tensor | None, bug: str,
     if causal:
         diag = 0 if bug == "causal_top_left" else t - s
         allowed = allowed & torch.ones(s, t, dtype=torch.bool, device=device).tril(diagonal=diag)
+    if bug == "mid_keys_padding_dropped" and LONG_KEYS <= t < TWO_PASS_KEYS_END:  # a two-pass path never handed the mask
+        pad = None
     if pad is not None and not (bug == "s1_drops_padding" and s == 1):
         allowed = allowed & ~pad[:, None, None, :]
     return allowed
@@ -81,6 +87,11 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
     if bug == "scale_none_is_one" and scale is None:
         sc = 1.0
     allowed = _support(b, s, t, causal, key_padding_mask, bug, q.device)
+    feat = d  # the features each score sums over
+    if bug == "odd_d_last_feature_dropped" and d % 2 and d > 1:  # loads in pairs: the odd last feature is lost
+        feat = d - 1
+    if bug == "wide_d_second_half_dropped" and d > HEAD_DIM_TILE:  # one 256-wide head-dim tile only
+        feat = HEAD_DIM_TILE
     splits = tiling.splits
     if bug == "long_keys_plain_average" and t >= LONG_KEYS:  # a flash-decoding path for long contexts
         splits = math.ceil(t / tiling.key_block)
@@ -104,7 +115,7 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
             acc = torch.zeros(b, h1 - h0, s, v1 - v0, dtype=q.dtype, device=q.device)
             parts = []
             for k0, k1 in _block_ranges(t, tiling):
-                x = (qg @ k[:, h0:h1, k0:k1].transpose(-1, -2)) * sc  # [B, hc, S, bk]
+                x = (qg[..., :feat] @ k[:, h0:h1, k0:k1, :feat].transpose(-1, -2)) * sc  # [B, hc, S, bk]
                 ok = allowed[..., k0:k1]
                 if bug == "mask_shift_in_tail" and k1 - k0 < tiling.key_block and k1 == t and t > tiling.key_block:
                     ok = torch.roll(ok, 1, dims=-1)
@@ -137,6 +148,9 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
                 o[:, :, s - s % QUERY_BLOCK :] = 0  # the query-block loop stops at the last full block
             out[:, h0:h1, :, v0:v1] = o
             lse[:, h0:h1] = (m + torch.log(l_)).squeeze(-1)
+    rows = out.view(-1, dv)  # [B·H·S, dv]: the rows a launch over flattened queries walks
+    if bug == "row_chunks_tail_dropped" and rows.shape[0] > ROW_CHUNK and rows.shape[0] % ROW_CHUNK:
+        rows[rows.shape[0] - rows.shape[0] % ROW_CHUNK :] = 0  # the partial last chunk of rows is never launched
     return out, lse
 
 
