@@ -45,6 +45,7 @@ from .tolerance import (
     assert_conforms,
     compare,
     dtype_name,
+    fill_carries_scores,
     k_for,
 )
 
@@ -325,20 +326,6 @@ def score_precision_ratio(dtype: str) -> float:
     return min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
 
 
-#: Where the finite mask's fill enters the magnitude of a query row with no allowed key: while the
-#: scores' precision still carries s in −1e9 + s (u · 1e9 ≤ this; float64: 1.1e-7), a sound kernel
-#: that normalizes by a log-sum-exp, P = exp(x − lse), rounds lse at 1e9 and carries u · 1e9 in
-#: every weight. Below float64, −1e9 + s rounds to −1e9 for |s| < 32, the row is uniform in every
-#: sound kernel and in the baselines alike, and the fill adds nothing (it would void the row's check).
-FILL_CARRIES_SCORES = 2.0**-10
-
-
-def fill_counts(dtype: str) -> bool:
-    """Whether the finite mask's −1e9 fill enters the magnitude of rows with no allowed key in
-    ``dtype`` (:data:`FILL_CARRIES_SCORES`): float64 only."""
-    return score_precision_ratio(dtype) * UNIT_ROUNDOFF[dtype] * abs(eg.MASK_FILL) <= FILL_CARRIES_SCORES
-
-
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None,
                         scores: ExactScores | None = None, fill: float = 0.0) -> float:
     """Magnitude of the terms entering attention out, in units of the inputs' dtype:
@@ -362,7 +349,8 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
 
     ``fill``: the magnitude the finite mask adds to the scores of a row with no allowed key (its
     weights are then softmax(s − 1e9), with lse near −1e9): that row's score factor is
-    1 + r · (fill + max|s| over its keys). The caller passes it where :func:`fill_counts`.
+    1 + r · (fill + max|s| over its keys). The caller passes it where
+    :func:`~plga.conformance.tolerance.fill_carries_scores`.
     """
     r = score_precision_ratio(dtype_name(t["q"]))
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)  # [B, H, T, dv]
@@ -395,7 +383,7 @@ def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, fi
     parts: list[tuple[str, Any, float]] = [("", None, mag)]
     if finite_mask and scores.allowed is not None:
         has_key = scores.allowed.any(axis=-1, keepdims=True)  # [B or 1, 1, S, 1]
-        fill = abs(eg.MASK_FILL) if fill_counts(ctx.dtype) else 0.0
+        fill = abs(eg.MASK_FILL) if fill_carries_scores(ctx.dtype) else 0.0
         mag_empty = attention_magnitude(t, case.causal, case.scale, scores=scores, fill=fill)
         parts = [(", query rows with an allowed key", has_key, mag), (", query rows with no allowed key", ~has_key, mag_empty)]
     for part, judged, m in parts:

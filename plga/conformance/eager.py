@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
+from .tolerance import fill_carries_scores
 
 ORDERS = ("natural", "reordered")
 #: Attention has two more variants: √scale applied to both q and k (torch's SDPA math path),
@@ -39,6 +40,16 @@ ATTENTION_ORDERS = ("natural", "reordered", "split_scale", "log_softmax")
 
 
 # --- Attention ------------------------------------------------------------------------------
+
+
+def _finite_softmax_lse(x: Tensor, allowed: Tensor) -> Tensor:
+    """softmax(x + fill) under the finite mask as exp(x' − logsumexp(x')), x' = x + fill: a
+    log-sum-exp normalization, as FA-2-style kernels keep one. On a row without an allowed key
+    lse is rounded at 1e9, and every weight carries up to u · 1e9 (≈ 1e-7 in float64) that the
+    published order does not: a rounding a sound float64 kernel may have, measured here."""
+    xf = x + torch.where(allowed, 0.0, MASK_FILL).to(x.dtype)  # [..., S, T]
+    return torch.exp(xf - torch.logsumexp(xf, dim=-1, keepdim=True))
+
 
 
 def _causal(s: int, t: int, device: Any) -> Tensor:
@@ -64,7 +75,13 @@ def attention_support(
 
 
 def _softmax(x: Tensor, allowed: Tensor | None, finite_mask: bool, order: str) -> Tensor:
-    """Row softmax of scaled scores x [..., S, T] under ``allowed`` (ideal or finite mask)."""
+    """Row softmax of scaled scores x [..., S, T] under ``allowed`` (ideal or finite mask).
+
+    Under the finite mask in float64, where −1e9 + s still carries s and sound kernels round a
+    row without an allowed key differently, the reordered order normalizes by a log-sum-exp
+    (:func:`_finite_softmax_lse`)."""
+    if allowed is not None and finite_mask and order == "reordered" and fill_carries_scores(str(x.dtype).replace("torch.", "")):
+        return _finite_softmax_lse(x, allowed)
     if allowed is not None and finite_mask:
         fill = torch.full((), MASK_FILL, dtype=x.dtype, device=x.device)
         x = x + torch.where(allowed, torch.zeros((), dtype=x.dtype, device=x.device), fill)

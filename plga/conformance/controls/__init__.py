@@ -25,6 +25,7 @@ from .decoders import (
     CollapsedStepsPlainSdpa,
     DecoderControl,
     FirstDenseBlockOnly,
+    Float64DecoderControl,
     ForwardOnlyBf16Control,
     FullLastQueryBlockDropped,
     GeneratedZerosMasked,
@@ -33,6 +34,7 @@ from .decoders import (
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
     LoadedDecoderControl,
+    LogSumExpFiniteMaskDecoder,
     PaddingIgnoredAfterPrompt,
     PaddingMaskKeptByShape,
     PositionsRoundedToBf16,
@@ -94,6 +96,10 @@ _LIST = [
     Control("lse_finite_mask_float64", "float64, softmax as exp(x − logsumexp(x)) with the finite −1e9 mask: on a row "
             "with no allowed key every weight carries u·1e9 from the log-sum-exp", lambda: LogSumExpFiniteMask(
                 "controls.lse_finite_mask_float64"), correct=True),
+    Control("lse_finite_mask_decoder_float64", "a float64 decoder whose attention normalizes by a log-sum-exp under the "
+            "finite mask: a left-padded prompt's rows without a key carry u·1e9 into the next layer's Gram",
+            lambda: Float64DecoderControl("controls.lse_finite_mask_decoder_float64", LogSumExpFiniteMaskDecoder),
+            correct=True),
     # tiling bugs: visible only past a block, chunk or tile
     Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
             _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),

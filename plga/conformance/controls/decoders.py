@@ -279,6 +279,17 @@ class PaddingMaskKeptByShape(eg.EagerDecoder):
         return super().step(tokens, caches, mode, constant_g)
 
 
+class LogSumExpFiniteMaskDecoder(eg.EagerDecoder):
+    """Sound (a correct control): attention weights under the finite −1e9 mask as
+    exp(x − logsumexp(x)). On the query rows of a left-padded prompt that see only padding, lse
+    is rounded at 1e9 and every weight carries u · 1e9 ≈ 1e-7 (float64) that the published order
+    does not; the next layer's Gram carries it to every logit."""
+
+    def attention_weights(self, x: Tensor, support: Tensor) -> Tensor:
+        xf = x + torch.where(support[:, None], 0.0, eg.MASK_FILL).to(x.dtype)  # [B, H, S, T]
+        return torch.exp(xf - torch.logsumexp(xf, dim=-1, keepdim=True))
+
+
 class DecoderControl(EagerAdapter):
     """An eager-decoder adapter with one decoder bug (``decoder_class``); no attention or chain."""
 
@@ -319,6 +330,12 @@ class LoadedDecoderControl(DecoderControl):
         return self.loaded[key]
 
 
+class Float64DecoderControl(DecoderControl):
+    """A decoder control declared in float64 only."""
+
+    dtypes = ("float64",)
+
+
 class ForwardOnlyBf16Control(DecoderControl):
     """A bfloat16 prefill/scoring implementation (``forward`` and ``collapsed`` only) with one
     decoder bug; the chain in float32 as the precision policy asks."""
@@ -328,9 +345,9 @@ class ForwardOnlyBf16Control(DecoderControl):
 
 
 __all__ = [
-    "ChunkedPrefillFrozenA", "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "ForwardOnlyBf16Control",
-    "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows", "LastLayerSkippedPastTwo",
-    "LastResidualUnitSkipped", "LoadedDecoderControl", "PaddingIgnoredAfterPrompt", "PaddingMaskKeptByShape",
+    "ChunkedPrefillFrozenA", "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "Float64DecoderControl",
+    "ForwardOnlyBf16Control", "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
+    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "LoadedDecoderControl", "LogSumExpFiniteMaskDecoder", "PaddingIgnoredAfterPrompt", "PaddingMaskKeptByShape",
     "PositionsRoundedToBf16", "RingKvCache", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
     "StepPositionTableOfEight", "StepPositionsOffByOne", "VocabTailBlockDropped",
 ]
