@@ -371,7 +371,8 @@ class ChainCase:
 
     def regions(self) -> dict[str, str]:
         return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
-                "d": size_region(self.d), "num_reslayerA": str(self.units), "num_denseA": str(self.dense),
+                "matrices (B·H)": size_region(self.b * self.h), "d": size_region(self.d) + (" odd" if self.d % 2 else ""),
+                "num_reslayerA": str(self.units), "num_denseA": str(self.dense),
                 "q scale": str(self.q_scale), "A_LM": "at its 1e-9 floor" if self.b_shift else "far above its floor"}
 
     def describe(self) -> str:
@@ -390,19 +391,32 @@ def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
     """Explicit chain cases: one query row, 3 units × 3 blocks, d = 2 … 16, odd A_dff, 5 heads;
     the released model's 14 heads and 8 units of 4 blocks; its head dimension 64, and 128 in 9
     heads (more query rows than d: a Gram of full rank; some entries of A_LM still reach its
-    floor there); and one with A_LM at its 1e-9 floor (:data:`FLOOR_B_SHIFT`)."""
+    floor there); one with A_LM at its 1e-9 floor (:data:`FLOOR_B_SHIFT`); then
+    :data:`CHAIN_SIZE_SHAPES`."""
     shapes = [(1, 1, 1, 2, 1, 1, 1, 1.0), (2, 3, 5, 4, 3, 3, 3, 0.1), (1, 5, 9, 8, 7, 2, 1, 3.0), (2, 2, 17, 16, 5, 1, 3, 1.0),
               (1, 14, 3, 4, 4, 8, 4, 1.0), (1, 2, 70, 64, 4, 1, 1, 1.0), (1, 9, 130, 128, 3, 1, 1, 1.0)]
     out = [ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}") for i, shape in enumerate(shapes)]
     i = len(out)
     out.append(ChainCase(1, 2, 5, 8, 6, 1, 1, 1.0, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}", b_shift=FLOOR_B_SHIFT))
+    for shape in CHAIN_SIZE_SHAPES:
+        i = len(out)
+        out.append(ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}"))
     return out
 
 
+#: Chain boundary cases where kernels switch paths (B, H, S, d, A_dff, units, dense, q scale): an
+#: odd head dim (feature pairs lose the last one), batch 3 × 6 heads (past 16 matrices, where a
+#: batched path may pool the batch), 33 heads (past head chunks of 16 and 32) and 300 query rows
+#: (a Gram summed in chunks of 256 rows, with a partial one).
+CHAIN_SIZE_SHAPES: tuple[tuple[Any, ...], ...] = (
+    (2, 3, 6, 5, 4, 2, 2, 1.0), (3, 6, 5, 4, 3, 1, 1, 1.0), (1, 33, 5, 4, 3, 1, 1, 1.0), (1, 2, 300, 8, 4, 1, 1, 1.0),
+)
+
+
 @st.composite
-def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 4, 6, 8), max_len: int = 9) -> ChainCase:
+def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 3, 4, 5, 6, 8), max_len: int = 9, max_batch: int = 3) -> ChainCase:
     return ChainCase(
-        b=draw(st.integers(1, 2), label="batch"),
+        b=draw(st.integers(1, max_batch), label="batch"),
         h=draw(st.integers(1, 3), label="heads"),
         s=draw(st.integers(1, max_len), label="S"),
         d=draw(st.sampled_from(dims), label="d"),
@@ -568,7 +582,8 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 
 __all__ = [
-    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "FLOOR_B_SHIFT", "G_FAMILIES",
+    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "CHAIN_SIZE_SHAPES", "FLOOR_B_SHIFT",
+    "G_FAMILIES",
     "MAX_ABS_SCORE", "NEAR_EPSILON_Q_SCALE", "PADDINGS", "ROW_REGION_ENDS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
     "boundary_attention_cases", "boundary_chain_cases", "boundary_configs", "boundary_tokens", "chain_cases",
     "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "rows_region", "scale_region",

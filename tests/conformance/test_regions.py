@@ -15,7 +15,8 @@ decoder's logits) multiplied by 1.5 there and nowhere else:
   batch ≥ 5, from the 5th generated token, or for generation prompts of 17–32 tokens;
 * after a third audit: attention wrong only at an odd head dim, for d > 256, for 513–1024 keys
   with padding, or past 4096 and 65 535 query rows (B·H·S); decoders wrong only for a
-  vocabulary over 512 or past position 512.
+  vocabulary over 512 or past position 512; after a fourth, the operator chain's size-switched
+  bugs (odd d, past 256 query rows, past 16 matrices, past 16 heads: the chain controls).
 
 Before these regions were added every one of them got PASS. Each must now get FAIL in the
 quick profile, while the unmodified kernels PASS the same checks.
@@ -24,6 +25,7 @@ quick profile, while the unmodified kernels PASS the same checks.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -331,3 +333,22 @@ def test_second_prompt_moves_the_padding(prompt):
     for row in other > 0:  # each row keeps one run of real ids, padded at one end only
         cols = np.flatnonzero(row)
         assert len(cols) >= 1 and (np.diff(cols) == 1).all()
+
+
+CHAIN_SIZE_CONTROLS = ("chain_gram_odd_feature_dropped", "chain_gram_row_chunk_tail_dropped", "chain_gram_pooled_over_batch",
+                       "chain_power_heads_mod_16")
+
+
+@pytest.mark.parametrize("name", CHAIN_SIZE_CONTROLS)
+def test_chain_size_cases_catch_size_switched_chain_bugs(name, monkeypatch):
+    """The chain's size cases (odd d, 3 × 6 matrices, 33 heads, 300 query rows; a fourth audit's
+    misses) fail each size-switched chain bug; without them (the cases before) it passed."""
+    from plga.conformance.controls import CONTROLS
+
+    report = check_kernel(CONTROLS[name].make(), checks=["operator_chain"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"operator_chain"}, report.summary()
+    # negative control: the cases before — no size cases, even head dims and batch ≤ 2 in the draws
+    monkeypatch.setattr(sh, "CHAIN_SIZE_SHAPES", ())
+    monkeypatch.setattr(sh, "chain_cases", functools.partial(sh.chain_cases, dims=(2, 4, 6, 8), max_batch=2))
+    report = check_kernel(CONTROLS[name].make(), checks=["operator_chain"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()

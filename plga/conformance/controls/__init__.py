@@ -191,6 +191,15 @@ _LIST = [
             _decoder("last_residual_unit_skipped", LastResidualUnitSkipped), caught_by=_FWD + _CACHE),
     Control("last_layer_skipped_past_two", "runs at most two decoder layers", _decoder("last_layer_skipped_past_two",
             LastLayerSkippedPastTwo), caught_by=_FWD + _CACHE),
+    Control("chain_gram_odd_feature_dropped", "the Gram over feature pairs: at an odd head dim the last feature is dropped",
+            _chain("chain_gram_odd_feature_dropped", "gram_odd_feature_dropped"), caught_by=("operator_chain",)),
+    Control("chain_gram_row_chunk_tail_dropped", "the Gram summed over query rows in chunks of 256: past 256 rows the "
+            "partial last chunk is dropped", _chain("chain_gram_row_chunk_tail_dropped", "gram_row_chunk_tail_dropped"),
+            caught_by=("operator_chain",)),
+    Control("chain_gram_pooled_over_batch", "past 16 matrices (batch × heads) a batched path pools the Gram over the batch",
+            _chain("chain_gram_pooled_over_batch", "gram_pooled_over_batch"), caught_by=("operator_chain",)),
+    Control("chain_power_heads_mod_16", "the power stage's weights in head chunks of 16: past 16 heads, head h reads head "
+            "h mod 16's W, b, P, a, b_a", _chain("chain_power_heads_mod_16", "power_heads_mod_16"), caught_by=("operator_chain",)),
     Control("chain_first_dense_block_only", "the operator chain uses only the first SwiGLU block per unit",
             _chain("chain_first_dense_block_only", "first_dense_block_only"), caught_by=("operator_chain",)),
     # cache bugs: batch > 1, padding, positions

@@ -5,15 +5,37 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import torch
 from torch import Tensor
 
 from .. import eager as eg
 from ..adapter import Adapter
 
+#: Where the size-switched chain bugs switch on: Gram rows summed in chunks of 256 queries, a
+#: batched path past 16 (batch × heads) matrices, power-stage weights for heads in chunks of 16.
+GRAM_ROW_CHUNK = 256
+POOLED_PAST = 16
+HEAD_CHUNK = 16
+
+
+def _density(q_rot: Tensor, bug: str) -> Tensor:
+    """The Gram q_rotᵀ q_rot [B, H, d, d] with the size-switched density bugs."""
+    b, h, s, d = q_rot.shape
+    q = q_rot
+    if bug == "gram_odd_feature_dropped" and d % 2 and d > 1:  # feature pairs: the odd last one is lost
+        q = torch.cat([q[..., :-1], torch.zeros_like(q[..., -1:])], dim=-1)
+    if bug == "gram_row_chunk_tail_dropped" and s > GRAM_ROW_CHUNK and s % GRAM_ROW_CHUNK:
+        q = q[:, :, : s - s % GRAM_ROW_CHUNK]  # the partial last chunk of query rows never summed
+    g = eg.density_operator(q)
+    if bug == "gram_pooled_over_batch" and b * h > POOLED_PAST:  # a batched path that pools the batch
+        g = g.mean(dim=0, keepdim=True).expand_as(g)
+    return g
+
 
 class ChainControl(Adapter):
-    """``operator_chain`` only (float32, float64), with ``bug`` in ``first_dense_block_only`` |
-    ``bias_accumulated``."""
+    """``operator_chain`` only (float32, float64), with one ``bug``: ``first_dense_block_only``,
+    ``bias_accumulated``, or a size-switched one (odd d, past 256 query rows, past 16 matrices,
+    past 16 heads)."""
 
     dtypes = ("float32", "float64")
     capabilities = frozenset({"operator_chain"})
@@ -26,7 +48,11 @@ class ChainControl(Adapter):
         if self.bug == "first_dense_block_only":
             w["units"] = [(blocks[:1], g, b) for blocks, g, b in w["units"]]
         cw = eg.cast_layer_weights(w, q_rot.dtype, q_rot.device)
-        A = eg.metric_learner(eg.density_operator(q_rot), cw)
+        h = q_rot.shape[1]
+        if self.bug == "power_heads_mod_16" and h > HEAD_CHUNK:  # head h reads head h mod 16's weights
+            idx = torch.arange(h, device=q_rot.device) % HEAD_CHUNK
+            cw.update({k: cw[k][idx] for k in ("W", "b", "P", "a", "b_a")})
+        A = eg.metric_learner(_density(q_rot, self.bug), cw)
         a_lm, a_p, g_lm = eg.power_stage(A, cw["W"], cw["b"], cw["P"], cw["a"], cw["b_a"])
         if self.bug == "bias_accumulated":
             b_a = layer_weights["b_a"]
