@@ -45,8 +45,8 @@ from .tolerance import (
     assert_conforms,
     compare,
     dtype_name,
-    fill_carries_scores,
     k_for,
+    score_unit_roundoff,
 )
 
 # --- Context and registry -------------------------------------------------------------------
@@ -323,11 +323,11 @@ def score_precision_ratio(dtype: str) -> float:
     """r = u(the precision a sound kernel keeps scores, log-sum-exp and accumulators in: float32
     or wider) / u(its inputs' dtype): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for
     float16. Terms rounded only at that precision enter a floor in the inputs' ulp times r."""
-    return min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"]) / UNIT_ROUNDOFF[dtype]
+    return score_unit_roundoff(dtype) / UNIT_ROUNDOFF[dtype]
 
 
 def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, values: np.ndarray | None = None,
-                        scores: ExactScores | None = None, fill: float = 0.0) -> float:
+                        scores: ExactScores | None = None) -> float:
     """Magnitude of the terms entering attention out, in units of the inputs' dtype:
     max over outputs of Σⱼ Pⱼ |vⱼ| · (1 + r · max|allowed scaled score|).
 
@@ -346,11 +346,6 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     inputs (bfloat16 and float16 kernels accumulate in float32) — so r = u(score precision) /
     u(inputs): 1 for float32 and float64, 2⁻¹⁶ for bfloat16, 2⁻¹³ for float16. Kernels that
     keep scores in bfloat16 or float16 are judged by the baselines, which do the same.
-
-    ``fill``: the magnitude the finite mask adds to the scores of a row with no allowed key (its
-    weights are then softmax(s − 1e9), with lse near −1e9): that row's score factor is
-    1 + r · (fill + max|s| over its keys). The caller passes it where
-    :func:`~plga.conformance.tolerance.fill_carries_scores`.
     """
     r = score_precision_ratio(dtype_name(t["q"]))
     v = np.abs(oracle.to_np(t["v"]) if values is None else values)  # [B, H, T, dv]
@@ -360,12 +355,7 @@ def attention_magnitude(t: dict[str, Any], causal: bool, scale: float | None, va
     p, empty = scores.softmax()  # [B, H, S, T], [B, H, S, 1]
     weighted = p @ v  # Σⱼ Pⱼ |vⱼ| [B, H, S, dv]
     weighted = np.where(empty, v.max(axis=(-2, -1), keepdims=True), weighted)
-    factor = 1.0 + r * scores.max_abs()[1]
-    if fill and empty.any():
-        row_max = np.abs(scores.x).max(axis=-1, keepdims=True) if scores.x.size else np.zeros_like(empty, dtype=float)
-        empty_factor = 1.0 + r * (fill + float(np.max(np.where(empty, row_max, 0.0))))
-        return max(float(np.max(np.where(empty, 0.0, weighted))) * factor, float(np.max(np.where(empty, weighted, 0.0))) * empty_factor)
-    return float(weighted.max()) * factor
+    return float(weighted.max()) * (1.0 + r * scores.max_abs()[1])
 
 
 def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, finite_mask: bool = False) -> None:
@@ -380,15 +370,13 @@ def _attention_case_check(ctx: Context, case: sh.AttentionCase, *, what: str, fi
     truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and case.small, **kw)
     out = _call(ctx, "attention", t["q"], t["k"], t["v"], t["G"], **kw)
     base, mag = _baselines(t, **kw), attention_magnitude(t, case.causal, case.scale, scores=scores)
-    parts: list[tuple[str, Any, float]] = [("", None, mag)]
+    parts: list[tuple[str, Any]] = [("", None)]
     if finite_mask and scores.allowed is not None:
         has_key = scores.allowed.any(axis=-1, keepdims=True)  # [B or 1, 1, S, 1]
-        fill = abs(eg.MASK_FILL) if fill_carries_scores(ctx.dtype) else 0.0
-        mag_empty = attention_magnitude(t, case.causal, case.scale, scores=scores, fill=fill)
-        parts = [(", query rows with an allowed key", has_key, mag), (", query rows with no allowed key", ~has_key, mag_empty)]
-    for part, judged, m in parts:
+        parts = [(", query rows with an allowed key", has_key), (", query rows with no allowed key", ~has_key)]
+    for part, judged in parts:
         assert_conforms(out, base, truth, dtype=ctx.dtype, k=k_for(ctx.name), what=what + part, note=case.describe(),
-                        magnitude=m, judged=judged)
+                        magnitude=mag, judged=judged)
 
 
 def _attention_check(ctx: Context, *, what: str, causal: bool | None, paddings: tuple[str, ...],

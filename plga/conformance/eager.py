@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..reference.spec import EPSILON_ADJ, LAYER_NORM_EPS, MASK_FILL, causal_support
-from .tolerance import fill_carries_scores
+from .tolerance import dtype_name, fill_carries_scores
 
 ORDERS = ("natural", "reordered")
 #: Attention has two more variants: √scale applied to both q and k (torch's SDPA math path),
@@ -42,14 +42,13 @@ ATTENTION_ORDERS = ("natural", "reordered", "split_scale", "log_softmax")
 # --- Attention ------------------------------------------------------------------------------
 
 
-def _finite_softmax_lse(x: Tensor, allowed: Tensor) -> Tensor:
+def finite_softmax_lse(x: Tensor, allowed: Tensor) -> Tensor:
     """softmax(x + fill) under the finite mask as exp(x' − logsumexp(x')), x' = x + fill: a
     log-sum-exp normalization, as FA-2-style kernels keep one. On a row without an allowed key
     lse is rounded at 1e9, and every weight carries up to u · 1e9 (≈ 1e-7 in float64) that the
     published order does not: a rounding a sound float64 kernel may have, measured here."""
     xf = x + torch.where(allowed, 0.0, MASK_FILL).to(x.dtype)  # [..., S, T]
     return torch.exp(xf - torch.logsumexp(xf, dim=-1, keepdim=True))
-
 
 
 def _causal(s: int, t: int, device: Any) -> Tensor:
@@ -79,9 +78,9 @@ def _softmax(x: Tensor, allowed: Tensor | None, finite_mask: bool, order: str) -
 
     Under the finite mask in float64, where −1e9 + s still carries s and sound kernels round a
     row without an allowed key differently, the reordered order normalizes by a log-sum-exp
-    (:func:`_finite_softmax_lse`)."""
-    if allowed is not None and finite_mask and order == "reordered" and fill_carries_scores(str(x.dtype).replace("torch.", "")):
-        return _finite_softmax_lse(x, allowed)
+    (:func:`finite_softmax_lse`)."""
+    if allowed is not None and finite_mask and order == "reordered" and fill_carries_scores(dtype_name(x)):
+        return finite_softmax_lse(x, allowed)
     if allowed is not None and finite_mask:
         fill = torch.full((), MASK_FILL, dtype=x.dtype, device=x.device)
         x = x + torch.where(allowed, torch.zeros((), dtype=x.dtype, device=x.device), fill)
@@ -455,6 +454,6 @@ class EagerDecoder:
 
 __all__ = [
     "ATTENTION_ORDERS", "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "ORDERS", "EagerDecoder", "LayerCache", "attention_support",
-    "cast_layer_weights", "density_operator", "layer_weights_from_state", "metric_learner", "operator_chain",
+    "cast_layer_weights", "density_operator", "finite_softmax_lse", "layer_weights_from_state", "metric_learner", "operator_chain",
     "plga_attention", "power_stage", "rope",
 ]

@@ -107,12 +107,12 @@ def available_families() -> tuple[str, ...]:
 SIZE_REGION_ENDS = (1, 8, 16, 32, 64, 128, 256, 512, 1024)
 
 
-def size_region(n: int) -> str:
+def size_region(n: int, ends: tuple[int, ...] = SIZE_REGION_ENDS) -> str:
     """The region of a length or width that tiled kernels special-case: 1, 2–8, 9–16, 17–32,
     33–64, 65–128, 129–256, 257–512, 513–1024, 1025+ (a region is printed only when a case
-    inside it ran)."""
+    inside it ran); with other ``ends``, the regions they bound."""
     lo = 1
-    for hi in SIZE_REGION_ENDS:
+    for hi in ends:
         if n <= hi:
             return str(hi) if lo == hi else f"{lo}–{hi}"
         lo = hi + 1
@@ -126,12 +126,7 @@ ROW_REGION_ENDS = (4096, 65535)
 
 def rows_region(n: int) -> str:
     """The region of a count of query rows B·H·S: 1–4096, 4097–65535, 65536+."""
-    lo = 1
-    for hi in ROW_REGION_ENDS:
-        if n <= hi:
-            return f"{lo}–{hi}"
-        lo = hi + 1
-    return f"{lo}+"
+    return size_region(n, ROW_REGION_ENDS)
 
 
 def scale_region(scale: float | None) -> str:

@@ -130,6 +130,12 @@ class ConformanceFailure(AssertionError):
         self.comparison = comparison
 
 
+def score_unit_roundoff(dtype: str) -> float:
+    """u of the precision a sound kernel keeps scores, log-sum-exp and accumulators in for inputs
+    of ``dtype``: float32 or wider (bfloat16 and float16 kernels accumulate in float32)."""
+    return min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"])
+
+
 #: Where the finite mask's −1e9 + s still carries s: u · 1e9 at most this in the precision a
 #: sound kernel keeps scores in (float32 or wider), i.e. float64 (u · 1e9 ≈ 1.1e-7).
 FILL_CARRIES_SCORES = 2.0**-10
@@ -141,12 +147,12 @@ def fill_carries_scores(dtype: str) -> bool:
 
     There, a query row with no allowed key under the finite mask is defined only up to u · 1e9 of
     its weights: softmax(s − 1e9) is softmax(s) exactly, but each kernel rounds s − 1e9 its own way
-    (a log-sum-exp normalization rounds lse at 1e9 too), so the tolerance counts that rounding —
-    the fill enters the row's magnitude (attention), and the reordered baseline normalizes by a
-    log-sum-exp (attention and decoders, whose next layer's Gram carries such a row). Below float64, −1e9 + s rounds to −1e9 for |s| < 32 and the row is uniform in every
-    sound kernel and baseline alike; counting the fill there would void the row's check."""
-    u = min(UNIT_ROUNDOFF[dtype], UNIT_ROUNDOFF["float32"])
-    return u * abs(MASK_FILL) <= FILL_CARRIES_SCORES
+    (a log-sum-exp normalization rounds lse at 1e9 too), so the tolerance measures that rounding:
+    the reordered baseline normalizes by a log-sum-exp there (attention, and decoders, whose next
+    layer's Gram carries such a row). Below
+    float64, −1e9 + s rounds to −1e9 for |s| < 32 and the row is uniform in every sound kernel
+    and baseline alike; a log-sum-exp baseline there would be off by up to a factor of T."""
+    return score_unit_roundoff(dtype) * abs(MASK_FILL) <= FILL_CARRIES_SCORES
 
 
 def k_for(check: str, k: float | None = None) -> float:

@@ -286,8 +286,7 @@ class LogSumExpFiniteMaskDecoder(eg.EagerDecoder):
     does not; the next layer's Gram carries it to every logit."""
 
     def attention_weights(self, x: Tensor, support: Tensor) -> Tensor:
-        xf = x + torch.where(support[:, None], 0.0, eg.MASK_FILL).to(x.dtype)  # [B, H, S, T]
-        return torch.exp(xf - torch.logsumexp(xf, dim=-1, keepdim=True))
+        return eg.finite_softmax_lse(x, support[:, None])  # [B, H, S, T]
 
 
 class DecoderControl(EagerAdapter):
@@ -347,7 +346,7 @@ class ForwardOnlyBf16Control(DecoderControl):
 __all__ = [
     "ChunkedPrefillFrozenA", "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "Float64DecoderControl",
     "ForwardOnlyBf16Control", "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
-    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "LoadedDecoderControl", "LogSumExpFiniteMaskDecoder", "PaddingIgnoredAfterPrompt", "PaddingMaskKeptByShape",
-    "PositionsRoundedToBf16", "RingKvCache", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
+    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "LoadedDecoderControl", "LogSumExpFiniteMaskDecoder",
+    "PaddingIgnoredAfterPrompt", "PaddingMaskKeptByShape", "PositionsRoundedToBf16", "RingKvCache", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
     "StepPositionTableOfEight", "StepPositionsOffByOne", "VocabTailBlockDropped",
 ]

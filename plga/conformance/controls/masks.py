@@ -12,16 +12,21 @@ from .. import eager as eg
 from ..adapter import Adapter
 
 
-class FiniteMaskAsIdeal(Adapter):
+class _MaskControl(Adapter):
+    """An attention-only control that declares the finite mask."""
+
+    capabilities = frozenset({"attention", "causal", "key_padding_mask", "finite_mask"})
+
+    def __init__(self, name: str) -> None:
+        self.name, self.version = name, "control"
+
+
+class FiniteMaskAsIdeal(_MaskControl):
     """``finite_mask=True`` computed as the ideal mask: right wherever a row has an allowed key,
     but a fully masked row gives zeros instead of the published softmax over every key."""
 
     dtypes = ("float32", "float64")
-    capabilities = frozenset({"attention", "causal", "key_padding_mask", "finite_mask"})
     dtype_policy = "eager, in the input dtype"
-
-    def __init__(self, name: str) -> None:
-        self.name, self.version = name, "control"
 
     def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
                   scale: float | None = None, finite_mask: bool = False) -> Any:
@@ -29,18 +34,14 @@ class FiniteMaskAsIdeal(Adapter):
                                  finite_mask=False)
 
 
-class LogSumExpFiniteMask(Adapter):
+class LogSumExpFiniteMask(_MaskControl):
     """Sound, float64: P = exp(x − logsumexp(x)) over the scaled scores x, the finite mask added
     as −1e9 (or −∞ for the ideal mask, rows with no key zeroed), then P V. On a row with no
     allowed key x is about −1e9 and the log-sum-exp is rounded at that magnitude: every weight
-    carries u · 1e9 ≈ 1e-7 relative, which the tolerance allows there and nowhere else."""
+    carries u · 1e9 ≈ 1e-7 relative, which the log-sum-exp baseline of float64 measures."""
 
     dtypes = ("float64",)
-    capabilities = frozenset({"attention", "causal", "key_padding_mask", "finite_mask"})
     dtype_policy = "float64, softmax as exp(x − logsumexp(x))"
-
-    def __init__(self, name: str) -> None:
-        self.name, self.version = name, "control"
 
     def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
                   scale: float | None = None, finite_mask: bool = False) -> Any:
@@ -48,14 +49,12 @@ class LogSumExpFiniteMask(Adapter):
         sc = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
         qg = q if G is None else q @ G
         x = (qg @ k.transpose(-1, -2)) * sc  # [B, H, S, T]
-        allowed = torch.ones(s, t, dtype=torch.bool, device=q.device)
-        if causal:
-            allowed = allowed.tril(diagonal=t - s)
-        allowed = allowed[None, None] if key_padding_mask is None else allowed & ~key_padding_mask[:, None, None, :]
+        allowed = eg.attention_support(s, t, causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+        if allowed is None:
+            allowed = torch.ones(1, 1, s, t, dtype=torch.bool, device=q.device)
         if finite_mask:
-            x = x + torch.where(allowed, 0.0, eg.MASK_FILL).to(x.dtype)
-        else:
-            x = x.masked_fill(~allowed, -math.inf)
+            return eg.finite_softmax_lse(x, allowed) @ v
+        x = x.masked_fill(~allowed, -math.inf)
         p = torch.exp(x - torch.logsumexp(x, dim=-1, keepdim=True))
         return torch.nan_to_num(p, nan=0.0) @ v  # an ideal-mask row with no key: exp(−∞ + ∞) → 0
 
