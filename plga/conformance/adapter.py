@@ -51,7 +51,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ..errors import ImplementationLoadError
-from .guard import escape_text, foreign_failure, watch_user_interrupt
+from .guard import escape_text, foreign_failure, foreign_text, watch_user_interrupt
 
 #: Capability name → what it means. Dtypes and devices are capabilities too.
 CAPABILITIES: dict[str, str] = {
@@ -216,8 +216,8 @@ class CallableAdapter(Adapter):
         self.name = name or getattr(fn, "plga_name", None) or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
         self.version = str(getattr(fn, "plga_version", getattr(inspect.getmodule(fn), "__version__", "unknown")))
         self.device = getattr(fn, "plga_device", "cpu")
-        self.dtypes = tuple(getattr(fn, "plga_dtypes", ("float32", "float64")))
-        caps = set(getattr(fn, "plga_capabilities", ("attention", "causal", "key_padding_mask")))
+        self.dtypes = _names(fn, "plga_dtypes", DTYPES, ("float32", "float64"))
+        caps = set(_names(fn, "plga_capabilities", tuple(CAPABILITIES), ("attention", "causal", "key_padding_mask")))
         self._takes_finite = "finite_mask" in _kwargs_of(fn)
         if self._takes_finite and not hasattr(fn, "plga_capabilities"):
             caps.add("finite_mask")
@@ -248,8 +248,9 @@ class Declared(Adapter):
 
     def __init__(self, obj: Any) -> None:
         self.obj = obj
-        for attr in ("name", "version", "device", "dtype_policy"):
-            setattr(self, attr, str(_read(obj, attr, getattr(Adapter, attr))))
+        for attr in ("name", "version", "dtype_policy"):
+            setattr(self, attr, foreign_text(_read(obj, attr, getattr(Adapter, attr))))
+        self.device = _device(_read(obj, "device", Adapter.device))
         self.spec = str(_read(obj, "spec", "") or "")
         self.time_scale = time_scale_of(obj)
         self.dtypes = _names(obj, "dtypes", DTYPES)
@@ -290,13 +291,29 @@ def _read(obj: Any, attr: str, default: Any) -> Any:
         raise ImplementationLoadError(f"reading the adapter's {attr!r} raised {escape_text(exc)}") from None
 
 
-def _names(obj: Any, attr: str, known: tuple[str, ...]) -> tuple[str, ...]:
+def _device(value: Any) -> str:
+    """The declared device as torch spells it (``"cuda:0"``), or one load error: a name torch
+    does not know (``"gpu"``, ``None``) would have failed every check as the suite's own error."""
+    import torch
+
+    if not isinstance(value, (str, torch.device)):
+        raise ImplementationLoadError(f"the adapter's device must be a torch device name such as 'cpu' or 'cuda', "
+                                      f"got {foreign_text(value, repr)}")
+    try:
+        return str(torch.device(value))
+    except (RuntimeError, ValueError, TypeError):
+        raise ImplementationLoadError(f"the adapter's device {str(value)!r} is not a torch device name; "
+                                      "declare e.g. 'cpu', 'cuda' or 'cuda:1'") from None
+
+
+def _names(obj: Any, attr: str, known: tuple[str, ...], default: tuple[str, ...] = ()) -> tuple[str, ...]:
     """The declared ``attr`` (dtypes or capabilities) as a tuple of known names, or one load error."""
-    value = _read(obj, attr, ())
+    value = _read(obj, attr, default)
     listing = ", ".join(known)
-    if isinstance(value, (str, bytes)) or not isinstance(value, Iterable):
+    if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable):
+        # a mapping {"causal": True, "key_padding_mask": False} would declare its False keys too
         raise ImplementationLoadError(f"the adapter's {attr} must be a collection of names (a tuple or set), "
-                                      f"got {value!r}; known: {listing}")
+                                      f"got {foreign_text(value, repr)}; known: {listing}")
     try:
         names = list(value)
     except BaseException as exc:
@@ -346,7 +363,7 @@ def as_adapter(obj: Any, name: str | None = None) -> Adapter:
     except BaseException as exc:
         if not foreign_failure(exc):
             raise
-        raise ImplementationLoadError(f"building the adapter from {obj!r} raised {escape_text(exc)}") from None
+        raise ImplementationLoadError(f"building the adapter from {foreign_text(obj, repr)} raised {escape_text(exc)}") from None
 
 
 def _detect(obj: Any, name: str | None = None) -> Any:

@@ -158,6 +158,17 @@ def _same(a: Any, b: Any) -> bool:
         return type(a) is type(b)
 
 
+def _dense(x: Any) -> bool:
+    """Whether ``x``'s elements tile its memory without gaps or overlaps (a permutation of a
+    contiguous layout), where ``clone`` keeps its strides; an expanded view (stride 0) is not."""
+    expected = 1
+    for stride, size in sorted((st, sz) for sz, st in zip(x.shape, x.stride(), strict=True) if sz > 1):
+        if stride != expected:
+            return False
+        expected *= size
+    return True
+
+
 def _same_layout_copy(x: Any) -> Any:
     """A copy of the tensor ``x`` with its sizes, strides and storage offset — for a view into a
     larger buffer (a slice of a fused QKV product, one layer of a stacked G), a copy of the whole
@@ -165,7 +176,7 @@ def _same_layout_copy(x: Any) -> Any:
     ``clone`` would hand it a gapped view made contiguous and an offset of 0."""
     import torch
 
-    if x.storage_offset() == 0 and x.untyped_storage().nbytes() == x.numel() * x.element_size():
+    if x.storage_offset() == 0 and x.untyped_storage().nbytes() == x.numel() * x.element_size() and _dense(x):
         return x.clone()  # the view is its whole buffer: clone keeps a dense tensor's strides
     buffer = x.untyped_storage().clone()
     return torch.empty(0, dtype=x.dtype, device=x.device).set_(buffer, x.storage_offset(), x.size(), x.stride())
@@ -230,24 +241,86 @@ def foreign_failure(exc: BaseException) -> bool:
     return not (isinstance(exc, KeyboardInterrupt) and user_interrupted())
 
 
+def foreign_text(x: Any, show: Callable[[Any], str] = str) -> str:
+    """``show(x)`` of an object the implementation made, for a message: its ``__str__`` or
+    ``__repr__`` is foreign code and may itself raise (an exception class that formats a field
+    only some paths set); then a placeholder names what failed, and the message still reaches
+    the user as a verdict, not as the suite's own error."""
+    try:
+        return show(x)
+    except BaseException as exc:  # foreign code, as in guarded
+        if not foreign_failure(exc):
+            raise
+        return f"<{show.__name__}() of its {type(x).__name__} raised {type(exc).__name__}>"
+
+
 def escape_text(exc: BaseException) -> str:
     """``SystemExit(0)`` / ``RuntimeError: message``: how an escape is named in a message."""
-    return type(exc).__name__ + (f"({exc.code!r})" if isinstance(exc, SystemExit) else f": {exc}")
+    if isinstance(exc, SystemExit):
+        return f"{type(exc).__name__}({foreign_text(exc.code, repr)})"
+    return f"{type(exc).__name__}: {foreign_text(exc)}"
+
+
+#: numpy's floating-point error handling as the suite's own numerics expect it (numpy's default):
+#: an implementation that sets ``np.seterr(all="raise")`` for itself made the suite's exact
+#: softmax raise on an underflow, reported as a bug in plga.
+NUMPY_ERRORS = {"divide": "warn", "over": "warn", "under": "ignore", "invalid": "warn"}
+
+
+def _numerics() -> tuple[Any, ...]:
+    import numpy as np
+    import torch
+
+    return np.geterr(), torch.is_grad_enabled(), torch.get_default_dtype()
+
+
+def _restore_numerics(state: tuple[Any, ...]) -> None:
+    import numpy as np
+    import torch
+
+    errors, grad, default_dtype = state
+    np.seterr(**errors)
+    torch.set_grad_enabled(grad)
+    torch.set_default_dtype(default_dtype)
+
+
+@contextlib.contextmanager
+def suite_numerics() -> Iterator[None]:
+    """One check's process-wide numeric settings: numpy's default error handling, autograd on,
+    float32 as torch's default dtype — whatever an implementation set when it was imported (an
+    inference library that turns autograd off, a kernel that makes numpy raise on underflow);
+    the settings of before are restored on exit. :func:`guarded` puts back the check's
+    settings after every call into the implementation."""
+    import numpy as np
+    import torch
+
+    before = _numerics()
+    np.seterr(**NUMPY_ERRORS)
+    torch.set_grad_enabled(True)
+    torch.set_default_dtype(torch.float32)
+    try:
+        yield
+    finally:
+        _restore_numerics(before)
 
 
 def guarded(op: str, run: Callable[[], Any]) -> Any:
-    """``run()``, every escape from the implementation's code a :class:`KernelCrash`."""
+    """``run()``, every escape from the implementation's code a :class:`KernelCrash`; the
+    process-wide numeric settings of before the call restored after it (:func:`suite_numerics`)."""
+    state = _numerics()
     try:
         return run()
     except (CheckTimeout, BadOutput):
         raise
     except AssertionError as exc:
-        raise KernelCrash(f"{op} raised AssertionError: {exc}") from exc
+        raise KernelCrash(f"{op} raised {escape_text(exc)}") from exc
     except BaseException as exc: # foreign code: every escape is a failure of the check
         if not foreign_failure(exc):
             raise
         raise KernelCrash(f"{op} raised {escape_text(exc)} — an implementation's exception or exit is a failure of the "
                           "check, not a verdict") from None
+    finally:
+        _restore_numerics(state)
 
 
 # --- outputs --------------------------------------------------------------------------------
@@ -261,8 +334,9 @@ def _plain(op: str, what: str, x: Any) -> Any:
         kind = type(x).__module__ + "." + type(x).__qualname__
         raise BadOutput(f"{op} returned {what} as a {kind}: the protocol asks for a plain torch.Tensor "
                         "(not a subclass, an array or a list)")
-    if x.layout != torch.strided or x.device.type == "meta":
-        kind = "a meta tensor (no values)" if x.device.type == "meta" else f"a {x.layout} tensor"
+    if x.layout != torch.strided or x.device.type == "meta" or x.is_nested:
+        kind = ("a meta tensor (no values)" if x.device.type == "meta" else "a nested tensor" if x.is_nested
+                else f"a {x.layout} tensor")
         raise BadOutput(f"{op} returned {what} as {kind}: the protocol asks for a dense tensor holding its values")
     return x.clone()
 
@@ -277,9 +351,14 @@ def owned_output(op: str, out: Any, given: Mapping[str, Any]) -> Any:
 
     if op == "attention":
         res = _plain(op, "its output", out)
-        q = given.get("q")
+        q, v = given.get("q"), given.get("v")
         if q is not None and res.dtype != q.dtype:
             raise BadOutput(f"attention returned {res.dtype} for {q.dtype} inputs: the output must be in q's dtype")
+        if q is not None and v is not None and q.ndim == v.ndim == 4:
+            want = (*q.shape[:3], v.shape[-1])  # [B, H, S, dv]
+            if tuple(res.shape) != want:  # before any comparison: a squeezed [S, dv] would broadcast or fail in a cat
+                raise BadOutput(f"attention returned shape {tuple(res.shape)} for q {tuple(q.shape)} and v {tuple(v.shape)}: "
+                                f"the output is [B, H, S, dv] = {want}")
         return res
     if op == "operator_chain":
         if not isinstance(out, (tuple, list)) or len(out) != 4:
@@ -373,6 +452,6 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
 
 __all__ = [
     "OPERATION_ARGS", "STUCK_GRACE", "BadOutput", "CheckTimeout", "InputMutated", "KernelCrash", "call_operation",
-    "escape_text", "foreign_failure", "guarded", "owned_output", "stop_if_interrupted",
+    "escape_text", "foreign_failure", "foreign_text", "guarded", "owned_output", "stop_if_interrupted", "suite_numerics",
     "time_limit", "user_interrupted", "watch_user_interrupt",
 ]

@@ -352,3 +352,37 @@ def test_chain_size_cases_catch_size_switched_chain_bugs(name, monkeypatch):
     monkeypatch.setattr(sh, "chain_cases", functools.partial(sh.chain_cases, dims=(2, 4, 6, 8), max_batch=2))
     report = check_kernel(CONTROLS[name].make(), checks=["operator_chain"], profile="quick", shrink=False)
     assert report.verdict == "PASS", report.summary()
+
+
+LAYOUT_CONTROLS = ("batch_heads_merged_by_strides", "shared_kv_padding_dropped")
+
+
+@pytest.mark.parametrize("name", LAYOUT_CONTROLS)
+def test_fused_and_shared_layouts_catch_layout_bugs(name, monkeypatch):
+    """q, k, v sliced from one fused QKV buffer, and keys and values expanded over the heads
+    (stride 0; a fifth audit's misses): each layout bug fails strided_inputs; with the layouts
+    of before (permuted views, views into larger buffers) it passed."""
+    from plga.conformance import checks
+    from plga.conformance.controls import CONTROLS
+
+    report = check_kernel(CONTROLS[name].make(), checks=["strided_inputs"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"strided_inputs"}, report.summary()
+    before = checks.strided_layouts
+    monkeypatch.setattr(checks, "strided_layouts", lambda t: [x for x in before(t) if x[0] in (
+        "permuted views", "views into larger buffers")])
+    report = check_kernel(CONTROLS[name].make(), checks=["strided_inputs"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()
+
+
+def test_an_odd_thread_count_catches_a_power_of_two_merge(monkeypatch):
+    """Per-thread key splits merged by a pairwise tree: exact at 1, 2 and 4 threads, wrong at 3."""
+    from plga.conformance import checks
+    from plga.conformance.controls import CONTROLS
+
+    control = CONTROLS["thread_splits_tree_power_of_two"]
+    report = check_kernel(control.make(), checks=["thread_counts"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"thread_counts"}, report.summary()
+    assert "at 3 intra-op threads" in report.failures[0].message
+    monkeypatch.setattr(checks, "thread_counts", lambda: (2, 4))  # negative control: the counts of before
+    report = check_kernel(control.make(), checks=["thread_counts"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()

@@ -127,6 +127,9 @@ _LIST = [
     Control("thread_splits_plain_average", "one key split per intra-op thread, the splits averaged instead of weighted "
             "by their LSE (exact at one thread)", _tiled("thread_splits_plain_average", "thread_splits_plain_average"),
             caught_by=("thread_counts",)),
+    Control("thread_splits_tree_power_of_two", "one key split per intra-op thread, merged by a pairwise tree that drops "
+            "the odd one out (exact at 1, 2 and 4 threads, wrong at 3)",
+            _tiled("thread_splits_tree_power_of_two", "thread_splits_tree_power_of_two"), caught_by=("thread_counts",)),
     Control("vocab_blocks_reversed_per_thread", "the vocabulary product in one column block per intra-op thread, the "
             "blocks put back in reverse order (exact at one thread)",
             _decoder("vocab_blocks_reversed_per_thread", VocabBlocksReversedPerThread), caught_by=("decoder_thread_counts",)),
@@ -142,6 +145,12 @@ _LIST = [
             _tiled("wide_d_second_half_dropped", "wide_d_second_half_dropped"), caught_by=_ATT),
     Control("d128_g_transposed", "a specialised head-dim-128 path reads G transposed (Q Gᵀ Kᵀ at d = 128 only)",
             _tiled("d128_g_transposed", "d128_g_transposed"), caught_by=_ATT),
+    # layout bugs: right on contiguous inputs and on most views
+    Control("batch_heads_merged_by_strides", "v's batch and head dims merged without a copy, taking the batch stride as "
+            "H × the head stride: wrong on a slice of a fused QKV buffer",
+            _tiled("batch_heads_merged_by_strides", "batch_heads_merged_by_strides"), caught_by=("strided_inputs",)),
+    Control("shared_kv_padding_dropped", "a fast path for keys and values shared by every head (stride 0) drops the key "
+            "padding mask", _tiled("shared_kv_padding_dropped", "shared_kv_padding_dropped"), caught_by=("strided_inputs",)),
     # edge-value bugs
     Control("finite_mask_as_ideal", "finite_mask=True computed as the ideal mask: a fully masked row gives zeros, "
             "not the published softmax over every key", lambda: FiniteMaskAsIdeal("controls.finite_mask_as_ideal"),

@@ -95,7 +95,7 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
     splits = tiling.splits
     if bug == "long_keys_plain_average" and t >= LONG_KEYS:  # a flash-decoding path for long contexts
         splits = math.ceil(t / tiling.key_block)
-    if bug == "thread_splits_plain_average":  # one key split per intra-op thread (one thread: exact)
+    if bug in ("thread_splits_plain_average", "thread_splits_tree_power_of_two"):  # a key split per intra-op thread
         splits = torch.get_num_threads()
     out = torch.zeros(b, h, s, dv, dtype=q.dtype, device=q.device)
     lse = torch.full((b, h, s), -math.inf, dtype=q.dtype, device=q.device)
@@ -171,6 +171,11 @@ def _split_k(parts: list[tuple[Tensor, int, int]], v: Tensor, tiling: Tiling) ->
         lses.append(safe + torch.log(den))  # −inf for an empty split
     lse_all = torch.logsumexp(torch.stack(lses), dim=0)  # [B, hc, S, 1]
     safe_all = torch.where(torch.isfinite(lse_all), lse_all, torch.zeros_like(lse_all))
+    if tiling.bug == "thread_splits_tree_power_of_two":  # a pairwise merge tree over the threads' splits that drops
+        kept = 2 ** int(math.log2(tiling.splits))  # the odd one out per level: it keeps the first 2^⌊log2 n⌋ (n = 3: 2)
+        outs, lses = outs[:kept], lses[:kept]
+        lse_all = torch.logsumexp(torch.stack(lses), dim=0)
+        safe_all = torch.where(torch.isfinite(lse_all), lse_all, torch.zeros_like(lse_all))
     if tiling.bug in ("split_k_plain_average", "long_keys_plain_average", "thread_splits_plain_average"):
         weights = [torch.isfinite(x).to(o.dtype) / max(1, len(outs)) for x in lses]
     else:
@@ -250,6 +255,14 @@ class TiledAttention(Adapter):
             scale = 1.0
         elif self.mutate == "mask" and key_padding_mask is not None:
             key_padding_mask[:, 0] = False  # "make sure every row has a key"
+        bug = self.tiling.bug
+        if bug == "batch_heads_merged_by_strides" and v.stride(-1) == 1:
+            # B and H merged without a copy, the batch stride taken as H × the head stride (true for a
+            # contiguous tensor or a slice of one, not for a slice of a fused [B, T, 3, H, d] buffer)
+            b, h, t, dv = v.shape
+            v = torch.as_strided(v, (b, h, t, dv), (h * v.stride(1), v.stride(1), v.stride(2), 1), v.storage_offset())
+        if bug == "shared_kv_padding_dropped" and k.shape[1] > 1 and k.stride(1) == 0 and v.stride(1) == 0:
+            key_padding_mask = None  # a multi-query fast path (keys and values shared by every head) loses the mask
         return FlashBackward.apply(q, k, v, G, causal, key_padding_mask, scale, self.tiling)
 
 
