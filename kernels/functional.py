@@ -305,10 +305,27 @@ def plga_attention(
     if allowed is None:
         return F.scaled_dot_product_attention(qg, k, v, scale=scale)
     if finite_mask:
-        return F.scaled_dot_product_attention(qg, k, v, attn_mask=finite_additive_mask(allowed, q.dtype), scale=scale)
+        fill = finite_additive_mask(allowed, q.dtype)
+        if _fused_backward_breaks(q, k, v, G, allowed):
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+
+            with sdpa_kernel(SDPBackend.MATH):
+                return F.scaled_dot_product_attention(qg, k, v, attn_mask=fill, scale=scale)
+        return F.scaled_dot_product_attention(qg, k, v, attn_mask=fill, scale=scale)
     out = F.scaled_dot_product_attention(qg, k, v, attn_mask=allowed, scale=scale)  # [B, H, S, dv]
     # a row with no allowed key is zeros whatever the backend (CUDA's bfloat16 kernel left values there)
     return out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+
+
+def _fused_backward_breaks(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, allowed: Tensor) -> bool:
+    """Whether the fused SDPA kernels' backward would be wrong for this finite-mask call: a row
+    with no allowed key has every score near −1e9, and below float64 the log-sum-exp they save,
+    −1e9 + log T, rounds to −1e9 (float32's spacing there is 64), so their backward recomputes
+    the row's weights as exp(0) = 1 each, T times too large (torch 2.13's CPU flash kernel: dV
+    4.3 and dQ 7.9 off where autograd of the same math gives 5e-7). The forward normalizes by
+    its running sum and is right. Such calls take the math backend when a gradient is needed."""
+    grads = torch.is_grad_enabled() and any(isinstance(x, Tensor) and x.requires_grad for x in (q, k, v, G))
+    return grads and q.dtype != torch.float64 and not bool(allowed.any(-1).all())
 
 
 def _takes_blocked_path(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, causal: bool, key_padding_mask: Tensor | None) -> bool:

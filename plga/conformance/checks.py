@@ -214,14 +214,7 @@ def run_property(ctx: Context, strategy: Any, body: Callable[[Any], None], facto
 
     A boundary case whose conditioning ``assume`` fails is left out (and absent from coverage).
     """
-    for case in boundary if not ctx.reproduce else ():
-        try:
-            _run_case(ctx, body, case)
-        except UnsatisfiedAssumption:
-            continue
-        except AssertionError as exc:
-            _add_repro(exc, ctx, boundary=True)
-            raise
+    run_boundary(ctx, body, boundary)
 
     @given(st.data())
     def prop(data: Any) -> None:
@@ -247,6 +240,19 @@ def run_property(ctx: Context, strategy: Any, body: Callable[[Any], None], facto
                          "race, uninitialised memory); the wrong result above is the verdict.")
         _add_repro(failure, ctx)
         raise failure from None
+
+
+def run_boundary(ctx: Context, body: Callable[[Any], None], boundary: Sequence[Any]) -> None:
+    """``body(case)`` on each explicit case (none while a drawn case is replayed); a case whose
+    conditioning ``assume`` fails is left out."""
+    for case in boundary if not ctx.reproduce else ():
+        try:
+            _run_case(ctx, body, case)
+        except UnsatisfiedAssumption:
+            continue
+        except AssertionError as exc:
+            _add_repro(exc, ctx, boundary=True)
+            raise
 
 
 def _assume(condition: bool) -> None:
@@ -340,15 +346,19 @@ class ExactScores:
         on = a if self.allowed is None else np.where(self.allowed, a, 0.0)
         return (float(a.max()) if a.size else 0.0), (float(on.max()) if on.size else 0.0)
 
-    def softmax(self) -> tuple[np.ndarray, np.ndarray]:
-        """(P [B, H, S, T], the exact softmax over the allowed keys, 0 on a row with none; that
-        row's flag [B, H, S, 1])."""
+    def softmax(self, finite_mask: bool = False) -> tuple[np.ndarray, np.ndarray]:
+        """(P [B, H, S, T], the exact softmax over the allowed keys, 0 on a row with none — under
+        the finite mask, uniform there, the rows' scores taken equal as the backward's cases make
+        them; that row's flag [B, H, S, 1])."""
         allowed = np.ones(self.x.shape, dtype=bool) if self.allowed is None else np.broadcast_to(self.allowed, self.x.shape)
         x = np.where(allowed, self.x, -np.inf)
         top = x.max(axis=-1, keepdims=True) if x.size else np.zeros((*x.shape[:-1], 1))  # [B, H, S, 1]
         empty = ~np.isfinite(top)
         w = np.where(allowed, np.exp(x - np.where(empty, 0.0, top)), 0.0)
-        return w / np.where(empty, 1.0, w.sum(axis=-1, keepdims=True)), empty
+        p = w / np.where(empty, 1.0, w.sum(axis=-1, keepdims=True))
+        if finite_mask and x.shape[-1]:
+            p = np.where(empty, 1.0 / x.shape[-1], p)
+        return p, empty
 
 
 def score_precision_ratio(dtype: str) -> float:
@@ -522,7 +532,7 @@ def check_attention_trained_g(ctx: Context) -> None:
                  lambda c: _attention_case_check(ctx, c, what="attention (trained G_LM)"), factor=0.5, boundary=paper)
 
 
-def backward_magnitudes(t: dict[str, Any], w: Any, scores: ExactScores) -> list[float]:
+def backward_magnitudes(t: dict[str, Any], w: Any, scores: ExactScores, finite_mask: bool = False) -> list[float]:
     """Magnitudes of the terms entering dQ, dK, dV, dG, in units of the inputs' dtype (float64).
 
     Two sources of rounding in a sound kernel, whichever is larger:
@@ -545,7 +555,7 @@ def backward_magnitudes(t: dict[str, Any], w: Any, scores: ExactScores) -> list[
     q, k, v, do = (oracle.to_np(x) for x in (t["q"], t["k"], t["v"], w))  # do: [B, H, S, dv]
     g = np.eye(q.shape[-1]) if t["G"] is None else oracle.to_np(t["G"])
     tr = lambda x: np.swapaxes(x, -1, -2)  # noqa: E731
-    p, _ = scores.softmax()  # [B, H, S, T]
+    p, _ = scores.softmax(finite_mask)  # [B, H, S, T]
     o = p @ v  # [B, H, S, dv]
     qg = q @ g  # [B, H, S, d]
     ds_exact = p * (np.abs(do @ tr(v)) + np.abs((do * o).sum(-1, keepdims=True)))  # [B, H, S, T]
@@ -567,6 +577,20 @@ def backward_magnitudes(t: dict[str, Any], w: Any, scores: ExactScores) -> list[
     return [max(e, r * c) * (1.0 + r * score_max) for e, c in zip(exact, chain, strict=True)]
 
 
+#: Backward cases past the sizes the B·H·S·T budget of the boundary shapes keeps out: 300 query
+#: rows (partial 128- and 256-row query blocks; #19's 300 × 300 is over the budget) and 4 × 700
+#: heads × 2 rows past 4096 query rows, with a G that has a gradient (B, H, S, T, d, dv, family,
+#: G batched, causal, padding).
+BACKWARD_SIZE_SHAPES = ((1, 1, 300, 130, 16, 16, "random", False, False, "right"),
+                        (3, 700, 2, 2, 4, 4, "rank_one", True, True, "none"))
+
+#: Finite-mask backward cases (same fields): a fully padded batch row, and causal left padding
+#: whose first queries see only padding — the rows where the −1e9 mask averages every value.
+BACKWARD_FINITE_SHAPES = ((2, 3, 5, 7, 4, 3, "random", True, False, "full_rows"),
+                          (2, 2, 6, 9, 8, 8, "random", False, True, "left"),
+                          (1, 2, 4, 70, 16, 16, "random", False, False, "full_rows"))
+
+
 @register("attention_backward", "attention", requires=("attention", "backward"), dtypes=("float32", "bfloat16", "float16"))
 def check_attention_backward(ctx: Context) -> None:
     """Gradients with respect to q, k, v and G (G given, or None: q, k, v only) match float64 autograd.
@@ -577,16 +601,26 @@ def check_attention_backward(ctx: Context) -> None:
     ``attention_padding``: their output is the constant 0, so their gradients are 0 (a backward
     that recomputes P as exp(s − lse) with lse = −inf there returns NaN). G = None (the
     identity, no dG) runs in two explicit cases and in the draws: a kernel may take a separate
-    path for it.
+    path for it. Where the implementation declares ``finite_mask``, explicit cases run under it:
+    a query row with no allowed key then averages every value and passes gradient to all of
+    them (a backward that recomputes P under the ideal mask drops it). Such a row's query is
+    zero there, so its scores are equal and the row uniform in every precision: below float64,
+    −1e9 + s rounds to −1e9 and the row is uniform whatever s, where the float64 truth keeps
+    softmax(s).
     """
     import torch
 
-    def body(c: sh.AttentionCase) -> None:
+    def body(c: sh.AttentionCase, finite_mask: bool = False) -> None:
         _empty_first_queries(c)
         t = c.tensors(ctx.dtype, ctx.device)
-        w = torch.from_numpy(np.random.default_rng(c.seed + 3).standard_normal((c.b, c.h, c.s, c.dv))).to(t["q"])
-        kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
         scores = ExactScores.of(t, c.causal, c.scale)
+        if finite_mask and scores.allowed is not None:
+            has_key = torch.from_numpy(scores.allowed.any(axis=-1, keepdims=True))  # [B or 1, 1, S, 1]
+            t["q"] = t["q"] * has_key.to(t["q"])  # the rows with no key: q = 0, equal scores
+            scores = ExactScores.of(t, c.causal, c.scale)
+        w = torch.from_numpy(np.random.default_rng(c.seed + 3).standard_normal((c.b, c.h, c.s, c.dv))).to(t["q"])
+        kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale,
+                  **({"finite_mask": True} if finite_mask else {}))
         _assume(scores.max_abs()[0] <= sh.MAX_ABS_SCORE)
 
         names = ("q", "k", "v") if t["G"] is None else ("q", "k", "v", "G")  # G = None has no gradient
@@ -604,10 +638,22 @@ def check_attention_backward(ctx: Context) -> None:
         truth = grads(eg.plga_attention, torch.float64)
         kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype, foreign=True)
         base = [grads(eg.plga_attention, t["q"].dtype, order=o) for o in eg.ATTENTION_ORDERS]
-        mags = backward_magnitudes(t, w, scores)
+        mags = backward_magnitudes(t, w, scores, finite_mask)
+        mask = ", finite mask" if finite_mask else ""
         for i, name in enumerate(("dq", "dk", "dv", "dG")[: len(names)]):
+            judged = None
+            if finite_mask and name == "dq" and scores.allowed is not None:
+                # a row with no key is uniform below float64 whatever its q: autograd of the eager
+                # math still passes it the softmax Jacobian, a kernel that averages the values there
+                # passes 0 — both sound; its dq is left open (its q = 0 adds nothing to dk, dG)
+                judged = scores.allowed.any(axis=-1, keepdims=True)  # [B or 1, 1, S, 1]
             assert_conforms(kern[i], [b[i] for b in base], truth[i], dtype=ctx.dtype, k=k_for("attention_backward"),
-                            what=f"attention backward {name}", note=c.describe(), magnitude=mags[i])
+                            what=f"attention backward {name}{mask}", note=c.describe(), magnitude=mags[i], judged=judged)
+
+    def case(i: int, shape: tuple[Any, ...], label: str) -> sh.AttentionCase:
+        b, h, s, t_len, d, dv, fam, batched, causal, pad = shape
+        return sh.AttentionCase(b, h, s, t_len, d, dv, fam, batched, causal, pad, None, (ctx.seed * 7919 + 110 + i) % 2**32,
+                                label=label)
 
     fams = ("random", "sentinel", "rank_one")  # the boundary shapes keep a G with a gradient
     boundary = [c for c in sh.boundary_attention_cases(causal=None, paddings=("none", "right", "left", "random", "full_rows"), families=fams,
@@ -619,6 +665,10 @@ def check_attention_backward(ctx: Context) -> None:
         sh.AttentionCase(4, 8, 7, 48, 32, 32, "none", False, True, "right", None, (ctx.seed * 7919 + 102) % 2**32,
                          label="boundary: G=None, causal"),
     ]
+    boundary += [case(i, shape, "boundary: backward sizes") for i, shape in enumerate(BACKWARD_SIZE_SHAPES)]
+    if ctx.adapter.provides("finite_mask"):
+        finite = [case(10 + i, shape, "boundary: finite mask") for i, shape in enumerate(BACKWARD_FINITE_SHAPES)]
+        run_boundary(ctx, lambda c: body(c, finite_mask=True), finite)
     run_property(ctx, sh.attention_cases(causal=None, padding=("none", "right", "left", "random", "full_rows"),
                                          families=("none", *fams)),
                  body, factor=0.5, boundary=boundary)

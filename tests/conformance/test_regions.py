@@ -386,3 +386,50 @@ def test_an_odd_thread_count_catches_a_power_of_two_merge(monkeypatch):
     monkeypatch.setattr(checks, "thread_counts", lambda: (2, 4))  # negative control: the counts of before
     report = check_kernel(control.make(), checks=["thread_counts"], profile="quick", shrink=False)
     assert report.verdict == "PASS", report.summary()
+
+
+def _boundary_cases_of_before(monkeypatch: Any) -> None:
+    """The boundary cases as they were: a one-row batch given the fully padded pattern keeps it
+    (every output and gradient 0: nothing at its shape judged)."""
+    current = sh.boundary_attention_cases
+
+    def before(*, paddings: tuple[str, ...], **kw: Any) -> list[Any]:
+        out = []
+        for c in current(paddings=paddings, **kw):
+            i = int(c.label.rsplit("#", 1)[1])
+            was = paddings[i % len(paddings)]
+            out.append(dataclasses.replace(c, padding=was) if c.b == 1 and was == "full_rows" else c)
+        return out
+
+    monkeypatch.setattr(sh, "boundary_attention_cases", before)
+
+
+@pytest.mark.parametrize("name, before", [
+    ("backward_head_dim_tail_dropped", "one-row batches fully padded"),
+    ("backward_query_tail_dropped", "no backward size cases"),
+    ("finite_mask_backward_ideal", "no finite-mask backward cases"),
+])
+def test_backward_cases_catch_backward_bugs(name, before, monkeypatch):
+    """A fifth audit's backward misses: d = 160 and 257 reached the backward only as a one-row
+    batch fully padded (every gradient 0), no backward case had more than 131 queries, and none
+    ran the finite mask. Each bug fails attention_backward now; with the cases of before it passed."""
+    from plga.conformance import checks
+    from plga.conformance.controls import CONTROLS
+
+    report = check_kernel(CONTROLS[name].make(), checks=["attention_backward"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"attention_backward"}, report.summary()
+    if before == "one-row batches fully padded":
+        _boundary_cases_of_before(monkeypatch)
+    elif before == "no backward size cases":
+        monkeypatch.setattr(checks, "BACKWARD_SIZE_SHAPES", ())
+    else:
+        monkeypatch.setattr(checks, "BACKWARD_FINITE_SHAPES", ())
+    report = check_kernel(CONTROLS[name].make(), checks=["attention_backward"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()
+
+
+def test_no_boundary_case_is_a_one_row_batch_all_padding():
+    for paddings in (("right", "left", "random", "full_rows"), ("none", "right", "left", "random", "full_rows")):
+        cases = sh.boundary_attention_cases(causal=None, paddings=paddings)
+        assert not [c.label for c in cases if c.b == 1 and c.padding == "full_rows"]
+        assert any(c.padding == "full_rows" for c in cases)  # the pattern still runs, on batches of several rows

@@ -47,7 +47,7 @@ from .decoders import (
     VocabBlocksReversedPerThread,
     VocabTailBlockDropped,
 )
-from .masks import FiniteMaskAsIdeal, LogSumExpFiniteMask
+from .masks import FiniteMaskAsIdeal, FiniteMaskBackwardIdeal, LogSumExpFiniteMask
 from .tiled import TiledAttention, Tiling
 
 
@@ -181,6 +181,15 @@ _LIST = [
     Control("backward_empty_rows_nan", "the FA-2 backward recomputes P = exp(s − lse) with lse = −inf on query rows "
             "with no allowed key: NaN gradients there (the forward is right)",
             _tiled("backward_empty_rows_nan", "backward_empty_rows_nan"), caught_by=_BWD),
+    Control("backward_head_dim_tail_dropped", "the backward walks q G and k features in tiles of 128 counted as d // 128: "
+            "past d = 128 the partial last tile of dQ, dK and dG is zero", _tiled("backward_head_dim_tail_dropped",
+                                                                                 "backward_head_dim_tail_dropped"), caught_by=_BWD),
+    Control("backward_query_tail_dropped", "past 256 queries, the backward's query-block loop skips the partial last "
+            "block (its dQ rows zero, its share of dK, dV, dG lost)",
+            _tiled("backward_query_tail_dropped", "backward_query_tail_dropped"), caught_by=_BWD),
+    Control("finite_mask_backward_ideal", "the finite mask's forward right, its backward from the ideal mask: a row with "
+            "no allowed key passes no gradient to the values it averages",
+            lambda: FiniteMaskBackwardIdeal("controls.finite_mask_backward_ideal"), caught_by=_BWD),
     # in-place mutators (results right, inputs modified)
     Control("writes_qg_into_q", "writes q G back into q (then uses G = I)", _tiled("writes_qg_into_q", mutate="q"),
             caught_by=_ATT),

@@ -1,5 +1,5 @@
-"""Mask-semantics controls: the published finite mask confused with the ideal one (wrong), and
-the finite mask through a log-sum-exp normalization in float64 (correct)."""
+"""Mask-semantics controls: the published finite mask confused with the ideal one, forward or
+backward (wrong), and the finite mask through a log-sum-exp normalization in float64 (correct)."""
 
 from __future__ import annotations
 
@@ -34,6 +34,23 @@ class FiniteMaskAsIdeal(_MaskControl):
                                  finite_mask=False)
 
 
+class FiniteMaskBackwardIdeal(_MaskControl):
+    """The published finite mask forward (a row with no allowed key averages every value), its
+    backward taken from the ideal mask: those rows pass no gradient to the values."""
+
+    dtypes = ("float32",)
+    capabilities = _MaskControl.capabilities | {"backward"}
+    dtype_policy = "eager, in the input dtype"
+
+    def attention(self, q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                  scale: float | None = None, finite_mask: bool = False) -> Any:
+        kw: dict[str, Any] = dict(causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+        ideal = eg.plga_attention(q, k, v, G, **kw)
+        if not finite_mask:
+            return ideal
+        return ideal + (eg.plga_attention(q, k, v, G, finite_mask=True, **kw) - ideal).detach()
+
+
 class LogSumExpFiniteMask(_MaskControl):
     """Sound, float64: P = exp(x − logsumexp(x)) over the scaled scores x, the finite mask added
     as −1e9 (or −∞ for the ideal mask, rows with no key zeroed), then P V. On a row with no
@@ -59,4 +76,4 @@ class LogSumExpFiniteMask(_MaskControl):
         return torch.nan_to_num(p, nan=0.0) @ v  # an ideal-mask row with no key: exp(−∞ + ∞) → 0
 
 
-__all__ = ["FiniteMaskAsIdeal", "LogSumExpFiniteMask"]
+__all__ = ["FiniteMaskAsIdeal", "FiniteMaskBackwardIdeal", "LogSumExpFiniteMask"]

@@ -26,6 +26,7 @@ TWO_PASS_KEYS_END = 1024
 QUERY_BLOCK = 256
 ROW_CHUNK = 4096
 HEAD_DIM_TILE = 256
+BACKWARD_FEATURE_TILE = 128  # the backward's tiles of q G / k features
 
 
 @dataclasses.dataclass(frozen=True)
@@ -205,6 +206,9 @@ class FlashBackward(torch.autograd.Function):
         sc = 1.0 / math.sqrt(d) if ctx.scale is None else float(ctx.scale)
         allowed = _support(b, s, t, ctx.causal, ctx.pad, "", q.device)
         qg = q if G is None else q @ G
+        if bug == "backward_query_tail_dropped" and s > QUERY_BLOCK and s % QUERY_BLOCK:
+            dout = dout.clone()
+            dout[:, :, s - s % QUERY_BLOCK :] = 0  # the backward's query-block loop stops at the last full block
         delta = (dout * out).sum(dim=-1, keepdim=True)  # D = rowsum(dO ∘ O) [B, H, S, 1]
         lse_ = torch.where(torch.isfinite(lse), lse, torch.full_like(lse, math.inf))[..., None]
         if bug == "backward_empty_rows_nan":  # P = exp(−inf − (−inf)) = NaN on rows with no key
@@ -221,6 +225,10 @@ class FlashBackward(torch.autograd.Function):
             dqg = dqg + (ds @ k[:, :, k0:k1]) * sc
             dk_scale = 1.0 if bug == "dk_missing_scale" else sc
             dk[:, :, k0:k1] = (ds.transpose(-1, -2) @ qg) * dk_scale
+        if bug == "backward_head_dim_tail_dropped" and d > BACKWARD_FEATURE_TILE and d % BACKWARD_FEATURE_TILE:
+            cut = d - d % BACKWARD_FEATURE_TILE  # feature tiles of 128 counted as d // 128: the partial last one is lost
+            dqg[..., cut:] = 0
+            dk[..., cut:] = 0
         dq = dqg if G is None else dqg @ G.transpose(-1, -2)
         dG = None
         if G is not None:
