@@ -1178,8 +1178,9 @@ def check_forward_collapsed(ctx: Context) -> None:
         h, d = c.config.num_heads, c.config.depth
         gs = [torch.from_numpy(_collapsed_sentinel(h, d) if family == "sentinel" else sh.make_g(family, (h,), d, rng))
               .to(device=ctx.device, dtype=ctx.torch_dtype) for _ in range(c.config.num_layers)]
-        _forward_compare(ctx, state, c.config, c.tokens, constant_g=gs, what=f"collapsed decoder logits (constant {family} G)",
-                         note=c.note() + "\n")
+        tokens = _collapsed_tokens(ctx, c)
+        _forward_compare(ctx, state, c.config, tokens, constant_g=gs, what=f"collapsed decoder logits (constant {family} G)",
+                         note=c.note() + ("" if tokens is c.tokens else f"; left-padded: {tokens.tolist()}") + "\n")
 
     run_property(ctx, _decoder_cases(left_padding=ctx.mp, min_len=2), body, factor=0.5, boundary=_decoder_boundary(ctx, min_len=2))
 
@@ -1282,9 +1283,15 @@ def _baseline_forward(state: dict[str, Any], config: Any, tokens: np.ndarray, co
 
 @register("cache_modes", "cache", requires=("cache_kv",))
 def check_cache_modes(ctx: Context) -> None:
-    """KV decoding (and KVG where declared: then the two choose the same tokens) matches the
-    reference: batch up to 5, padded prompts of 1 to 300 tokens, 0 … 20 new tokens. Gated on
-    kv alone, so an implementation declaring kv without kvg is judged on it."""
+    """KV decoding (and KVG where declared) matches the reference: batch up to 10, padded
+    prompts of 1 to 600 tokens, 0 … 20 new tokens. Gated on kv alone, so an implementation
+    declaring kv without kvg is judged on it.
+
+    kv and kvg are one function in exact arithmetic (kvg keeps what kv recomputes from the
+    frozen A), and each is held to the reference's tokens up to a near tie; they are not held to
+    each other's tokens: a sound kernel that recomputes kv's power stage in bfloat16, as the
+    eager bfloat16 baseline does, while kvg keeps the prompt's float32 G_LM, split a tie of
+    margin 0.011 differently and was failed."""
     with_kvg = ctx.adapter.provides("cache_kvg")
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
@@ -1297,9 +1304,6 @@ def check_cache_modes(ctx: Context) -> None:
             return
         kvg = _gen(ctx, state, config, prompt, n, "kvg")
         _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg"), what="kvg decoding", note=note)
-        if not np.array_equal(oracle.to_np(kv.tokens), oracle.to_np(kvg.tokens)):
-            raise ConformanceFailure(f"kv and kvg decoding chose different tokens: {oracle.to_np(kv.tokens).tolist()} vs "
-                                     f"{oracle.to_np(kvg.tokens).tolist()}\n{note}")
 
     _generation_check(ctx, body)
 
@@ -1335,12 +1339,41 @@ def check_collapsed_equals_kvg(ctx: Context) -> None:
         other = [torch.from_numpy(rng.standard_normal(tuple(g.shape)) / math.sqrt(g.shape[-1])).to(device=ctx.device,
                                                                                                       dtype=ctx.torch_dtype)
                  for g in gs]
-        col = _gen(ctx, state, config, c.tokens, n, "collapsed", other)
-        truth_col = oracle.truth_generate(state, config, c.tokens, n, "collapsed", other)
-        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, c.tokens, n, "collapsed", other),
+        tokens = _collapsed_tokens(ctx, c)
+        if tokens is not c.tokens:
+            note += f"; then left-padded: {tokens.tolist()}"
+        col = _gen(ctx, state, config, tokens, n, "collapsed", other)
+        truth_col = oracle.truth_generate(state, config, tokens, n, "collapsed", other)
+        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, tokens, n, "collapsed", other),
                             what="collapsed decoding (a random G)", note=note)
 
     _generation_check(ctx, body)
+
+
+def _random_operators(ctx: Context, config: Any, rng: np.random.Generator) -> list[Any]:
+    """One random constant operator [H, d, d] per layer, in the check's dtype, on its device."""
+    import torch
+
+    return [torch.from_numpy(sh.make_g("random", (config.num_heads,), config.depth, rng)).to(device=ctx.device, dtype=ctx.torch_dtype)
+            for _ in range(config.num_layers)]
+
+
+def _left_padded(tokens: np.ndarray) -> np.ndarray:
+    """Each row's real ids moved to its end: the same prompts, padded on the left."""
+    out = np.zeros_like(tokens)
+    for r, row in enumerate(tokens):
+        real = row[row != 0]
+        out[r, tokens.shape[1] - real.size :] = real
+    return out
+
+
+def _collapsed_tokens(ctx: Context, c: DecoderCase) -> np.ndarray:
+    """The case's prompts for a decoder under constant operators: left-padded in every other case
+    at every dtype. Under a constant G no Gram reads the padding rows, whose rows without a key
+    are uniform below float64 where the float64 truth keeps softmax(s): the real positions do
+    not depend on them, and left padding is judged in float32 and bfloat16 too (a decoder whose
+    cached steps count positions from a row's first real token passed every check there)."""
+    return _left_padded(c.tokens) if c.seed % 2 else c.tokens
 
 
 def _other_prompt(prompt: np.ndarray, vocab: int) -> np.ndarray:
@@ -1378,10 +1411,51 @@ def check_gcache_invalidated(ctx: Context) -> None:
     _generation_check(ctx, body)
 
 
+#: The longest first turn of :func:`_conversation` (tokens): the turns are about how a loaded
+#: model treats a prompt that extends or cuts the sequence it decoded, not about length.
+CONVERSATION_TURN = 8
+
+
+def _conversation(ctx: Context, c: DecoderCase, state: dict[str, Any], held: tuple[Held, Held], n: int, mode: str,
+                  g: Any = None) -> None:
+    """Three turns on one loaded model, each judged against the reference decoding it fresh: a
+    prompt (the case's first row, unpadded); that prompt, the tokens the model generated for it
+    and two new ids — the next turn of a conversation —; and a strict prefix of that (the first
+    prompt and one generated token). In PLDR-LLM every layer's K, V past the first and the
+    prompt's G_LM depend on the whole prompt, so a model that reuses the cache of the sequence
+    it decoded last for a prompt extending it (prefix caching, exact in a standard transformer)
+    or cut from it decodes wrongly. Turns whose power stage the conditioning rule rejects are
+    left out."""
+    config = c.config
+    real = c.tokens[0][c.tokens[0] != 0]
+    length = min(real.size, CONVERSATION_TURN, config.max_seq_len - 2 * n - 2)
+    if length < 1:
+        return
+    turn = real[None, :length]  # [1, L]
+    what = f"{mode} decoding" + ("" if g is None else " (constant G)")
+    for i in range(3):
+        try:
+            _assume_power_conditioned(ctx, state, config, turn)
+        except UnsatisfiedAssumption:
+            return
+        note = (c.note() + f"; conversation turn {i + 1} of 3 on one model object: the prompt {turn.tolist()} "
+                "(turn 2 extends turn 1's prompt and generated tokens, turn 3 is a prefix of turn 2)")
+        got = _gen(ctx, held[0], held[1], turn, n, mode, g)
+        truth = oracle.truth_generate(state, config, turn, n, mode, g)
+        _generation_compare(ctx, got, truth, _baseline_gen(state, config, turn, n, mode, g),
+                            what=f"{what}, conversation turn {i + 1}", note=note)
+        if i == 0:
+            decoded = np.asarray(oracle.to_np(got.tokens)).astype(np.int64)  # [1, L + n]: what the model answered
+            new = (decoded[:, :2] * 5 + 1) % (config.input_vocab_size - 1) + 1
+            turn = np.concatenate([decoded, new], axis=1)
+        else:
+            turn = turn[:, : length + 1]
+
+
 @register("state_between_calls", "cache", requires=("forward",))
 def check_state_between_calls(ctx: Context) -> None:
-    """One loaded model serves every declared operation on two prompts in turn (and two constant G's): nothing carries over."""
-    import torch
+    """One loaded model serves every declared operation on two prompts in turn (and two constant
+    G's), then the turns of a conversation (:func:`_conversation`): nothing carries over."""
 
     modes = [m for m, cap in (("kv", "cache_kv"), ("kvg", "cache_kvg"), ("nocache", "cache_nocache")) if ctx.adapter.provides(cap)]
     collapsed = ctx.adapter.provides("collapsed")
@@ -1392,8 +1466,7 @@ def check_state_between_calls(ctx: Context) -> None:
         for p in (prompt, other):
             _assume_power_conditioned(ctx, state, config, p)
         rng = np.random.default_rng(c.seed)
-        gs = [[torch.from_numpy(sh.make_g("random", (config.num_heads,), config.depth, rng)).to(device=ctx.device, dtype=ctx.torch_dtype)
-               for _ in range(config.num_layers)] for _ in range(2)]
+        gs = [_random_operators(ctx, config, rng) for _ in range(2)]
         held_state, held_config = Held(state), Held(config)
         for j, p in enumerate((prompt, other)):
             note = c.note() + f"; call round {j + 1} of 2 on one model object (round 2: the prompt {other.tolist()}, another G)"
@@ -1411,13 +1484,20 @@ def check_state_between_calls(ctx: Context) -> None:
                 truth = oracle.truth_generate(state, config, p, n, "collapsed", gs[j])
                 _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j]),
                                     what=f"collapsed decoding, round {j + 1}", note=note)
+        for mode in modes:
+            _conversation(ctx, c, state, (held_state, held_config), n, mode)
+        if collapsed and modes:
+            _conversation(ctx, c, state, (held_state, held_config), n, "collapsed", gs[0])
 
     _generation_check(ctx, body)
 
 
 @register("cache_nocache", "cache", requires=("cache_nocache",))
 def check_cache_nocache(ctx: Context) -> None:
-    """No-cache decoding (full recompute, G from the whole sequence each step) matches the reference."""
+    """No-cache decoding (full recompute, G from the whole sequence each step) matches the
+    reference; where ``collapsed`` is declared, also with constant operators (each step a full
+    forward under the constant G: a nocache loop that ran the learned chain anyway passed)."""
+    constant = ctx.adapter.provides("collapsed")
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, prompt, n = c.config, c.tokens, c.new_tokens
@@ -1426,6 +1506,12 @@ def check_cache_nocache(ctx: Context) -> None:
         got = _gen(ctx, state, config, prompt, n, "nocache")
         _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache"), what="nocache decoding",
                             note=c.note())
+        if constant:
+            gs = _random_operators(ctx, config, np.random.default_rng(c.seed + 19))
+            truth = oracle.truth_generate(state, config, prompt, n, "nocache", gs)
+            got = _gen(ctx, state, config, prompt, n, "nocache", gs)
+            _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache", gs),
+                                what="nocache decoding (constant random G)", note=c.note())
 
     _generation_check(ctx, body)
 

@@ -21,8 +21,11 @@ from typing import Any
 from ..eager import EagerDecoder
 from .chain import ChainControl
 from .decoders import (
+    BelowFloat64DecoderControl,
+    Bf16DecoderControl,
     ChunkedPrefillFrozenA,
     CollapsedStepsPlainSdpa,
+    ConversationPrefixCache,
     DecoderControl,
     FirstDenseBlockOnly,
     Float64DecoderControl,
@@ -30,11 +33,13 @@ from .decoders import (
     FullLastQueryBlockDropped,
     GeneratedZerosMasked,
     KvPageAliased,
+    KvPowerInActivationDtype,
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
     LoadedDecoderControl,
     LogSumExpFiniteMaskDecoder,
+    NocacheIgnoresConstantG,
     PaddingIgnoredAfterPrompt,
     PaddingMaskKeptByShape,
     PositionsRoundedToBf16,
@@ -42,6 +47,8 @@ from .decoders import (
     RotateHalfAsInterleaved,
     RowLengthsMixed,
     SecondBestNearTie,
+    StepMaskTileOf8,
+    StepPositionsFromFirstRealToken,
     StepPositionsOffByOne,
     StepPositionTableOfEight,
     VocabBlocksReversedPerThread,
@@ -100,6 +107,9 @@ _LIST = [
             "finite mask: a left-padded prompt's rows without a key carry u·1e9 into the next layer's Gram",
             lambda: Float64DecoderControl("controls.lse_finite_mask_decoder_float64", LogSumExpFiniteMaskDecoder),
             correct=True),
+    Control("kv_power_bf16_kvg_float32", "bfloat16: kv recomputes the power stage in bfloat16 (as the eager baseline "
+            "does), kvg keeps the prompt's float32 G_LM: the two may split a near tie differently",
+            lambda: Bf16DecoderControl("controls.kv_power_bf16_kvg_float32", KvPowerInActivationDtype), correct=True),
     # tiling bugs: visible only past a block, chunk or tile
     Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
             _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),
@@ -258,6 +268,19 @@ _LIST = [
             "changes: a same-shape prompt with other padding decodes with the old mask",
             lambda: LoadedDecoderControl("controls.padding_mask_kept_by_shape", PaddingMaskKeptByShape),
             caught_by=("state_between_calls", "gcache_invalidated")),
+    Control("conversation_prefix_cache", "prefix caching on a loaded model: a prompt extending the sequence it decoded "
+            "last reuses that sequence's caches and prefills only the new ids",
+            lambda: LoadedDecoderControl("controls.conversation_prefix_cache", ConversationPrefixCache),
+            caught_by=("state_between_calls",)),
+    Control("nocache_ignores_constant_g", "nocache decoding runs the learned metric learner even when constant operators "
+            "are given", _decoder("nocache_ignores_constant_g", NocacheIgnoresConstantG),
+            caught_by=("cache_nocache", "state_between_calls")),
+    Control("step_positions_from_first_real_token", "float32/bfloat16: cached steps count a row's positions from its "
+            "first real token (left-padded rows rotated too early)",
+            lambda: BelowFloat64DecoderControl("controls.step_positions_from_first_real_token", StepPositionsFromFirstRealToken),
+            caught_by=("collapsed_equals_kvg", "state_between_calls")),
+    Control("step_mask_tile_of_8", "the decoding step in tiles of 8 rows, the padding mask indexed within the tile: rows "
+            "8, 9, … use the padding of rows 0, 1, …", _decoder("step_mask_tile_of_8", StepMaskTileOf8), caught_by=_CACHE),
     Control("collapsed_steps_plain_sdpa", "collapsed decoding's cached steps attend with G = I (the constant G is "
             "forgotten after the prompt)", _decoder("collapsed_steps_plain_sdpa", CollapsedStepsPlainSdpa),
             caught_by=("collapsed_equals_kvg", "state_between_calls")),

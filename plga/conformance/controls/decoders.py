@@ -279,6 +279,114 @@ class PaddingMaskKeptByShape(eg.EagerDecoder):
         return super().step(tokens, caches, mode, constant_g)
 
 
+class ConversationPrefixCache(eg.EagerDecoder):
+    """Prefix caching, as a chat server does: a prompt that extends the sequence the loaded model
+    decoded last (its prompt and the tokens it generated) reuses that sequence's caches and
+    prefills only the new ids through the cached step. Exact in a standard transformer; in
+    PLDR-LLM the prompt's G_LM, and every layer's K and V past the first, depend on the whole
+    prompt."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        self.last: tuple[Tensor, list[eg.LayerCache]] | None = None  # (the decoded sequence, its caches)
+
+    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Sequence[Tensor] | None = None) -> Any:
+        if mode not in ("kv", "kvg") or constant_g is not None or not max_new_tokens:
+            return super().generate(prompt, max_new_tokens, mode, constant_g)
+        tokens = torch.as_tensor(prompt, device=self.device).long()
+        caches = None
+        if self.last is not None:
+            seq, old = self.last
+            n = seq.shape[1]
+            if seq.shape[0] == tokens.shape[0] and tokens.shape[1] > n and torch.equal(tokens[:, :n], seq):
+                out, caches = self.step(tokens[:, n:], old, mode)  # only the new turn through the cached step
+                logits = out[:, -1]
+        if caches is None:
+            logits_all, _, caches = self.forward(tokens)
+            logits = logits_all[:, -1]
+        steps = []
+        for i in range(max_new_tokens):
+            steps.append(logits)
+            nxt = self.choose(logits)
+            tokens = torch.cat([tokens, nxt], dim=1)
+            if i + 1 < max_new_tokens:
+                out, caches = self.step(nxt, caches, mode)
+                logits = out[:, -1]
+        self.last = (tokens[:, :-1].clone(), caches)  # every token but the last has its K, V cached
+        return tokens, torch.stack(steps, dim=1)
+
+
+class NocacheIgnoresConstantG(eg.EagerDecoder):
+    """nocache decoding runs the learned metric learner every step even when constant operators
+    are given (they reach the prompt pass and the cached path, not the nocache loop)."""
+
+    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Sequence[Tensor] | None = None) -> Any:
+        return super().generate(prompt, max_new_tokens, mode, None if mode == "nocache" else constant_g)
+
+
+class StepPositionsFromFirstRealToken(eg.EagerDecoder):
+    """Cached steps rotate each row's new token at its position counted from the row's first real
+    token (column − the row's leading padding, a common left-padding convention) where the
+    contract keeps the column: exact for unpadded and right-padded rows."""
+
+    lead = 0
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        leads = (caches[0].key_allowed.long().cumsum(1) == 0).sum(1)  # [B]: each row's leading padding
+        if not bool((leads > 0).any()):
+            return super().step(tokens, caches, mode, constant_g)
+        outs, rows = [], []
+        for r in range(tokens.shape[0]):  # one row at a time, each at its own offset
+            self.lead = int(leads[r])
+            try:
+                out, new = super().step(tokens[r : r + 1], [_row_cache(c, r) for c in caches], mode, constant_g)
+            finally:
+                self.lead = 0
+            outs.append(out)
+            rows.append(new)
+        merged = [eg.LayerCache(**{f.name: _cat([getattr(n[i], f.name) for n in rows]) for f in dataclasses.fields(eg.LayerCache)})
+                  for i in range(len(caches))]
+        return torch.cat(outs, 0), merged
+
+    def step_positions(self, offset: int, n: int) -> Tensor:
+        return super().step_positions(offset - self.lead, n)
+
+
+def _row_cache(c: eg.LayerCache, r: int) -> eg.LayerCache:
+    return eg.LayerCache(**{f.name: None if getattr(c, f.name) is None else getattr(c, f.name)[r : r + 1]
+                            for f in dataclasses.fields(eg.LayerCache)})
+
+
+def _cat(xs: list[Any]) -> Any:
+    return None if xs[0] is None else torch.cat(xs, 0)
+
+
+class StepMaskTileOf8(eg.EagerDecoder):
+    """The decoding step in tiles of 8 batch rows, the padding mask indexed by the row within its
+    tile: rows 8, 9, … decode with the padding of rows 0, 1, …"""
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        b = caches[0].key_allowed.shape[0]
+        if b > 8:
+            for c in caches:
+                c.key_allowed = c.key_allowed[[r % 8 for r in range(b)]].clone()
+        return super().step(tokens, caches, mode, constant_g)
+
+
+class KvPowerInActivationDtype(eg.EagerDecoder):
+    """Sound (a correct control, for bfloat16): the prompt pass runs the chain in float32 and kvg
+    keeps its G_LM, while kv's step recomputes the power stage from the cached A in the
+    activation dtype, as the eager bfloat16 baseline does: kv and kvg may split a near tie
+    differently."""
+
+    def cached_operator(self, i: int, cache: eg.LayerCache, mode: str) -> Any:
+        if mode != "kv":
+            return super().cached_operator(i, cache, mode)
+        w = eg.cast_layer_weights(self.layer_weights(i), self.dtype, self.device)
+        a_lm, _, g = eg.power_stage(cache.A.to(self.dtype), w["W"], w["b"], w["P"], w["a"], w["b_a"], self.order)
+        return cache.A, a_lm, g
+
+
 class LogSumExpFiniteMaskDecoder(eg.EagerDecoder):
     """Sound (a correct control): attention weights under the finite −1e9 mask as
     exp(x − logsumexp(x)). On the query rows of a left-padded prompt that see only padding, lse
@@ -335,6 +443,19 @@ class Float64DecoderControl(DecoderControl):
     dtypes = ("float64",)
 
 
+class BelowFloat64DecoderControl(DecoderControl):
+    """A decoder control declared in float32 and bfloat16, as a serving library may be: where a
+    float64 run would catch a padding bug, these dtypes must."""
+
+    dtypes = ("float32", "bfloat16")
+
+
+class Bf16DecoderControl(DecoderControl):
+    """A decoder control declared in bfloat16 only."""
+
+    dtypes = ("bfloat16",)
+
+
 class ForwardOnlyBf16Control(DecoderControl):
     """A bfloat16 prefill/scoring implementation (``forward`` and ``collapsed`` only) with one
     decoder bug; the chain in float32 as the precision policy asks."""
@@ -344,9 +465,35 @@ class ForwardOnlyBf16Control(DecoderControl):
 
 
 __all__ = [
-    "ChunkedPrefillFrozenA", "CollapsedStepsPlainSdpa", "DecoderControl", "FirstDenseBlockOnly", "Float64DecoderControl",
-    "ForwardOnlyBf16Control", "FullLastQueryBlockDropped", "GeneratedZerosMasked", "KvPageAliased", "KvRecomputesFromNewRows",
-    "LastLayerSkippedPastTwo", "LastResidualUnitSkipped", "LoadedDecoderControl", "LogSumExpFiniteMaskDecoder",
-    "PaddingIgnoredAfterPrompt", "PaddingMaskKeptByShape", "PositionsRoundedToBf16", "RingKvCache", "RotateHalfAsInterleaved", "RowLengthsMixed", "SecondBestNearTie",
-    "StepPositionTableOfEight", "StepPositionsOffByOne", "VocabTailBlockDropped",
+    "BelowFloat64DecoderControl",
+    "Bf16DecoderControl",
+    "ChunkedPrefillFrozenA",
+    "CollapsedStepsPlainSdpa",
+    "ConversationPrefixCache",
+    "DecoderControl",
+    "FirstDenseBlockOnly",
+    "Float64DecoderControl",
+    "ForwardOnlyBf16Control",
+    "FullLastQueryBlockDropped",
+    "GeneratedZerosMasked",
+    "KvPageAliased",
+    "KvPowerInActivationDtype",
+    "KvRecomputesFromNewRows",
+    "LastLayerSkippedPastTwo",
+    "LastResidualUnitSkipped",
+    "LoadedDecoderControl",
+    "LogSumExpFiniteMaskDecoder",
+    "NocacheIgnoresConstantG",
+    "PaddingIgnoredAfterPrompt",
+    "PaddingMaskKeptByShape",
+    "PositionsRoundedToBf16",
+    "RingKvCache",
+    "RotateHalfAsInterleaved",
+    "RowLengthsMixed",
+    "SecondBestNearTie",
+    "StepMaskTileOf8",
+    "StepPositionTableOfEight",
+    "StepPositionsFromFirstRealToken",
+    "StepPositionsOffByOne",
+    "VocabTailBlockDropped",
 ]
