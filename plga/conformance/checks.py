@@ -1265,11 +1265,18 @@ def _gen(ctx: Context, state: dict[str, Any], config: Any, prompt: np.ndarray, n
     return _call(ctx, "generate", state, config, torch.from_numpy(prompt).to(ctx.device), n, mode=mode, constant_g=g)
 
 
-def _baseline_gen(state: dict[str, Any], config: Any, prompt: np.ndarray, n: int, mode: str, g: Any = None) -> list[Any]:
+def _baseline_gen(state: dict[str, Any], config: Any, prompt: np.ndarray, n: int, mode: str, g: Any = None, *,
+                  forced: Any) -> list[Any]:
+    """Each baseline decoder's (tokens, step logits), teacher-forced on the reference's tokens
+    ``forced`` [B, S+N]: every step's logits are then taken in the reference's context, and a
+    baseline that would split a near tie otherwise does not end the comparison of the steps
+    after it (it once left every later step of the implementation unjudged)."""
     import torch
 
-    return memo.remembered(lambda: [d.generate(torch.from_numpy(prompt), n, mode, g) for d in _baseline_decoders(state, config)],
-                           "baseline_generate", state, config, prompt, n, mode, g)
+    tokens = torch.from_numpy(np.asarray(forced).astype(np.int64))
+    return memo.remembered(lambda: [d.generate(torch.from_numpy(prompt), n, mode, g, forced=tokens)
+                                    for d in _baseline_decoders(state, config)],
+                           "baseline_generate", state, config, prompt, n, mode, g, np.asarray(forced))
 
 
 def _baseline_forward(state: dict[str, Any], config: Any, tokens: np.ndarray, constant_g: Sequence[Any] | None) -> list[Any]:
@@ -1299,11 +1306,11 @@ def check_cache_modes(ctx: Context) -> None:
         _assume_power_conditioned(ctx, state, config, prompt)
         truth = oracle.truth_generate(state, config, prompt, n, "kv")
         kv = _gen(ctx, state, config, prompt, n, "kv")
-        _generation_compare(ctx, kv, truth, _baseline_gen(state, config, prompt, n, "kv"), what="kv decoding", note=note)
+        _generation_compare(ctx, kv, truth, _baseline_gen(state, config, prompt, n, "kv", forced=truth.tokens), what="kv decoding", note=note)
         if not with_kvg:
             return
         kvg = _gen(ctx, state, config, prompt, n, "kvg")
-        _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg"), what="kvg decoding", note=note)
+        _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg", forced=truth.tokens), what="kvg decoding", note=note)
 
     _generation_check(ctx, body)
 
@@ -1328,12 +1335,12 @@ def check_collapsed_equals_kvg(ctx: Context) -> None:
         gs = [torch.from_numpy(np.asarray(d["G_LM"])[0]).to(device=ctx.device, dtype=ctx.torch_dtype) for d in res.deductive]
         col = _gen(ctx, state, config, prompt, n, "collapsed", gs)
         truth_col = oracle.truth_generate(state, config, prompt, n, "collapsed", gs)
-        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, prompt, n, "collapsed", gs),
+        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, prompt, n, "collapsed", gs, forced=truth_col.tokens),
                             what="collapsed decoding (G = the prompt's G_LM)", note=note)
         if with_kvg:
             kvg = _gen(ctx, state, config, prompt, n, "kvg")
             truth = oracle.truth_generate(state, config, prompt, n, "kvg")
-            _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg"), what="kvg decoding", note=note)
+            _generation_compare(ctx, kvg, truth, _baseline_gen(state, config, prompt, n, "kvg", forced=truth.tokens), what="kvg decoding", note=note)
         # and with a G unrelated to the prompt, where running the learned chain on the prompt shows
         rng = np.random.default_rng(c.seed + 17)
         other = [torch.from_numpy(rng.standard_normal(tuple(g.shape)) / math.sqrt(g.shape[-1])).to(device=ctx.device,
@@ -1344,7 +1351,7 @@ def check_collapsed_equals_kvg(ctx: Context) -> None:
             note += f"; then left-padded: {tokens.tolist()}"
         col = _gen(ctx, state, config, tokens, n, "collapsed", other)
         truth_col = oracle.truth_generate(state, config, tokens, n, "collapsed", other)
-        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, tokens, n, "collapsed", other),
+        _generation_compare(ctx, col, truth_col, _baseline_gen(state, config, tokens, n, "collapsed", other, forced=truth_col.tokens),
                             what="collapsed decoding (a random G)", note=note)
 
     _generation_check(ctx, body)
@@ -1405,7 +1412,7 @@ def check_gcache_invalidated(ctx: Context) -> None:
         for p in (prompt, other):
             got = _gen(ctx, held_state, held_config, p, n, "kvg")
             truth = oracle.truth_generate(state, config, p, n, "kvg")
-            _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "kvg"), what="kvg decoding of successive prompts",
+            _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "kvg", forced=truth.tokens), what="kvg decoding of successive prompts",
                                 note=note)
 
     _generation_check(ctx, body)
@@ -1442,7 +1449,7 @@ def _conversation(ctx: Context, c: DecoderCase, state: dict[str, Any], held: tup
                 "(turn 2 extends turn 1's prompt and generated tokens, turn 3 is a prefix of turn 2)")
         got = _gen(ctx, held[0], held[1], turn, n, mode, g)
         truth = oracle.truth_generate(state, config, turn, n, mode, g)
-        _generation_compare(ctx, got, truth, _baseline_gen(state, config, turn, n, mode, g),
+        _generation_compare(ctx, got, truth, _baseline_gen(state, config, turn, n, mode, g, forced=truth.tokens),
                             what=f"{what}, conversation turn {i + 1}", note=note)
         if i == 0:
             decoded = np.asarray(oracle.to_np(got.tokens)).astype(np.int64)  # [1, L + n]: what the model answered
@@ -1477,12 +1484,12 @@ def check_state_between_calls(ctx: Context) -> None:
             for mode in modes:
                 got = _gen(ctx, held_state, held_config, p, n, mode)
                 truth = oracle.truth_generate(state, config, p, n, mode)
-                _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, mode), what=f"{mode} decoding, round {j + 1}",
+                _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, mode, forced=truth.tokens), what=f"{mode} decoding, round {j + 1}",
                                     note=note)
             if collapsed and modes:
                 got = _gen(ctx, held_state, held_config, p, n, "collapsed", gs[j])
                 truth = oracle.truth_generate(state, config, p, n, "collapsed", gs[j])
-                _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j]),
+                _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j], forced=truth.tokens),
                                     what=f"collapsed decoding, round {j + 1}", note=note)
         for mode in modes:
             _conversation(ctx, c, state, (held_state, held_config), n, mode)
@@ -1504,13 +1511,13 @@ def check_cache_nocache(ctx: Context) -> None:
         truth = oracle.truth_generate(state, config, prompt, n, "nocache")
         _assume_power_conditioned(ctx, state, config, truth.tokens)  # the longest sequence G is taken from
         got = _gen(ctx, state, config, prompt, n, "nocache")
-        _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache"), what="nocache decoding",
+        _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache", forced=truth.tokens), what="nocache decoding",
                             note=c.note())
         if constant:
             gs = _random_operators(ctx, config, np.random.default_rng(c.seed + 19))
             truth = oracle.truth_generate(state, config, prompt, n, "nocache", gs)
             got = _gen(ctx, state, config, prompt, n, "nocache", gs)
-            _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache", gs),
+            _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache", gs, forced=truth.tokens),
                                 what="nocache decoding (constant random G)", note=c.note())
 
     _generation_check(ctx, body)
@@ -1530,7 +1537,7 @@ def check_decoder_thread_counts(ctx: Context) -> None:
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, prompt, n, note = c.config, c.tokens, c.new_tokens, c.note()
         truth = oracle.truth_generate(state, config, prompt, n, "kv") if with_kv else None
-        baselines = _baseline_gen(state, config, prompt, n, "kv") if with_kv else []
+        baselines = _baseline_gen(state, config, prompt, n, "kv", forced=truth.tokens) if truth is not None else []
         with threads_restored():
             for threads in counts:
                 torch.set_num_threads(threads)

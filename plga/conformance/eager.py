@@ -425,15 +425,22 @@ class EagerDecoder:
         """Greedy choice: the argmax of each row's logits [B, V] → [B, 1]."""
         return logits.argmax(-1, keepdim=True)
 
-    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Sequence[Tensor] | None = None) -> tuple[Tensor, Tensor]:
-        """Greedy decoding → (tokens [B, S+N], step_logits [B, N, V]) in ``mode``."""
+    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Sequence[Tensor] | None = None,
+                 forced: Tensor | None = None) -> tuple[Tensor, Tensor]:
+        """Greedy decoding → (tokens [B, S+N], step_logits [B, N, V]) in ``mode``; with ``forced``
+        [B, S+N] each step takes the forced token instead of its argmax (teacher forcing)."""
         tokens = torch.as_tensor(prompt, device=self.device).long()
+        s0 = tokens.shape[1]
+
+        def pick(logits: Tensor, n: int) -> Tensor:
+            return self.choose(logits) if forced is None else forced[:, s0 + n : s0 + n + 1].to(tokens.device)
+
         steps = []
         if mode == "nocache":
-            for _ in range(max_new_tokens):
+            for n in range(max_new_tokens):
                 logits = self.forward(tokens, constant_g)[0][:, -1]
                 steps.append(logits)
-                tokens = torch.cat([tokens, self.choose(logits)], dim=1)
+                tokens = torch.cat([tokens, pick(logits, n)], dim=1)
         elif max_new_tokens:
             if mode == "collapsed" and constant_g is None:
                 raise ValueError("mode 'collapsed' needs constant_g")
@@ -442,7 +449,7 @@ class EagerDecoder:
             cached_mode = "kvg" if mode == "collapsed" else mode
             for n in range(max_new_tokens):
                 steps.append(logits)
-                nxt = self.choose(logits)
+                nxt = pick(logits, n)
                 tokens = torch.cat([tokens, nxt], dim=1)
                 if n + 1 < max_new_tokens:
                     out, caches = self.step(nxt, caches, cached_mode, constant_g)

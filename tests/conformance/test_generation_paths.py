@@ -86,3 +86,27 @@ def test_kv_and_kvg_are_not_held_to_each_others_tokens(seed):
     keeps the prompt's float32 G_LM: each conforms to the reference; they split near ties apart."""
     report = check_kernel(CONTROLS["kv_power_bf16_kvg_float32"].make(), checks=["cache_modes"], profile="quick", seed=seed)
     assert report.verdict == "PASS", report.summary()
+
+
+def test_baselines_follow_the_reference_tokens():
+    """Teacher forcing: a baseline decodes in the reference's context at every step, so a near
+    tie it would split otherwise no longer ends the comparison of the implementation's later
+    steps (before, the first baseline divergence left every later step unjudged)."""
+    import numpy as np
+    import torch
+
+    from plga.conformance import oracle
+
+    config = sh.boundary_configs()[1]
+    state = checks._state(oracle.random_state_dict(config, 3), torch.float32, "cpu")
+    prompt = sh.padded_tokens(config.input_vocab_size, 3, batch=2, length=5, left_padding=False)
+    truth = oracle.truth_generate(state, config, prompt, 4, "nocache")
+    forced = np.asarray(truth.tokens).copy()
+    forced[:, 5] = (forced[:, 5] % (config.input_vocab_size - 1)) + 1  # another first token than any argmax
+    after = oracle.truth_generate(state, config, forced[:, :6], 1, "nocache")  # the reference in the forced context
+    for tokens, steps in checks._baseline_gen(state, config, prompt, 4, "nocache", forced=forced):
+        assert np.array_equal(tokens.numpy(), forced)
+        assert np.abs(steps[:, 1].double().numpy() - np.asarray(after.step_logits)[:, 0]).max() < 1e-4
+    # negative control: decoding freely, the baseline takes its own argmax at the first step
+    free = checks._baseline_decoders(state, config)[0].generate(torch.from_numpy(prompt), 4, "nocache")[0]
+    assert not np.array_equal(free.numpy(), forced)
