@@ -369,7 +369,7 @@ class ChainCase:
     def regions(self) -> dict[str, str]:
         return {"batch": size_region(self.b), "heads": size_region(self.h), "S (queries)": size_region(self.s),
                 "matrices (B·H)": size_region(self.b * self.h), "d": size_region(self.d) + (" odd" if self.d % 2 else ""),
-                "num_reslayerA": str(self.units), "num_denseA": str(self.dense),
+                "num_reslayerA": str(self.units), "num_denseA": str(self.dense), "A_dff": size_region(self.a_dff),
                 "q scale": str(self.q_scale), "A_LM": "at its 1e-9 floor" if self.b_shift else "far above its floor"}
 
     def describe(self) -> str:
@@ -403,10 +403,12 @@ def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
 
 #: Chain boundary cases where kernels switch paths (B, H, S, d, A_dff, units, dense, q scale): an
 #: odd head dim (feature pairs lose the last one), batch 3 × 6 heads (past 16 matrices, where a
-#: batched path may pool the batch), 33 heads (past head chunks of 16 and 32) and 300 query rows
-#: (a Gram summed in chunks of 256 rows, with a partial one).
+#: batched path may pool the batch), 33 heads (past head chunks of 16 and 32), 300 query rows
+#: (a Gram summed in chunks of 256 rows, with a partial one) and the released model's A_dff, 170
+#: (the SwiGLU blocks' width past tiles of 16 … 128, with a partial one: drawn A_dff stop at 8).
 CHAIN_SIZE_SHAPES: tuple[tuple[Any, ...], ...] = (
     (2, 3, 6, 5, 4, 2, 2, 1.0), (3, 6, 5, 4, 3, 1, 1, 1.0), (1, 33, 5, 4, 3, 1, 1, 1.0), (1, 2, 300, 8, 4, 1, 1, 1.0),
+    (1, 2, 6, 8, 170, 2, 2, 1.0),
 )
 
 
@@ -428,7 +430,8 @@ def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 3, 4, 5, 6, 8), max_le
 #: Decoder configurations of the explicit cases (num_layers, num_heads, depth, dff, A_dff,
 #: num_reslayerA, num_denseA, vocab, rope_style[, rope_base, max_seq_len]): one layer and one
 #: head, three of each, both RoPE styles, head dims 4 … 16, 1 … 3 residual units and SwiGLU
-#: blocks; then past the sizes a kernel's tables, tiles and loops are often cut at — 4 layers,
+#: blocks, and a feed-forward width of 300 with the metric learner's A_dff of the released
+#: model, 170 (past tiles of 64 and 128 with a partial one: the largest were 48 and 12); then past the sizes a kernel's tables, tiles and loops are often cut at — 4 layers,
 #: 5 heads of dimension 32 (scale 1/√32), a vocabulary of 97 (past 64), RoPE base 5·10⁵ and a
 #: context of 300 (past 64 and 256: position tables, interpolation) — and a small model with
 #: base 1000, a vocabulary of 601 (past 512, with a partial block of a 512-column head) and a
@@ -441,7 +444,7 @@ BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (2, 2, 8, 24, 12, 1, 2, 37, "rotate_half"),
     (3, 3, 6, 20, 5, 3, 3, 50, "interleaved"),
     (2, 3, 4, 12, 3, 2, 1, 29, "rotate_half"),
-    (1, 2, 16, 40, 9, 2, 3, 64, "rotate_half"),
+    (1, 2, 16, 300, 170, 2, 3, 64, "rotate_half"),
     (4, 5, 32, 48, 6, 1, 1, 97, "interleaved", 500000.0, 300),
     (1, 2, 8, 12, 4, 1, 1, 601, "rotate_half", 1000.0, 1024),
     (6, 14, 4, 16, 4, 8, 4, 300, "rotate_half", 10000.0, 24),
@@ -462,6 +465,7 @@ def make_config(layers: int, heads: int, depth: int, dff: int, a_dff: int, units
 def config_regions(config: Any) -> dict[str, str]:
     return {"num_layers": str(config.num_layers), "heads": str(config.num_heads), "depth": str(config.depth),
             "num_reslayerA": str(config.num_reslayerA), "num_denseA": str(config.num_denseA), "rope_style": config.rope_style,
+            "dff": size_region(config.dff), "A_dff": size_region(config.A_dff),
             "vocabulary": size_region(config.input_vocab_size), "rope_base": f"{config.rope_base:g}",
             "max_seq_len": size_region(config.max_seq_len)}
 

@@ -29,7 +29,7 @@ from .strategies import AttentionCase, ChainCase
 from .tolerance import DEFAULT_K, compare, k_for
 
 FORMAT = "plga-conformance-vectors"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the finite mask's rows without a key judged apart; output shapes checked
 #: dtype classes written: (name, storage dtype of the inputs)
 DTYPE_CLASSES = (("float64", "float64"), ("float32", "float32"), ("bfloat16", "float32"))
 
@@ -79,28 +79,47 @@ def _attention_vector(name: str, spec: tuple[Any, ...], dclass: str, storage: st
     if finite:  # left padding under causal: rows with no allowed key, the finite mask's regime
         case.pad[:, :] = False
         case.pad[:, :2] = True
+        # their queries zero: equal scores, so such a row is the uniform average in every
+        # precision (below float64 −1e9 + s rounds to −1e9 whatever s; the float64 truth would
+        # keep softmax(s), and the bound there would be of the order of the outputs)
+        allowed = oracle.support_np(case.b, case.s, case.t, causal=case.causal, key_padding_mask=case.pad)
+        case.q = case.q * np.broadcast_to(allowed, (case.b, 1, case.s, case.t)).any(axis=-1, keepdims=True)
     t = case.tensors(dclass)
     kw = dict(causal=case.causal, key_padding_mask=t["key_padding_mask"], scale=case.scale, finite_mask=finite)
     truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=dclass == "float64", **kw)
     base = [eg.plga_attention(t["q"], t["k"], t["v"], t["G"], order=o, **kw) for o in eg.ATTENTION_ORDERS]
-    b_err = max(compare(b, [], truth, dtype=dclass).kernel_error for b in base)
     from .checks import attention_magnitude
 
-    floor = compare(base[0], [], truth, dtype=dclass, magnitude=attention_magnitude(t, case.causal, case.scale)).floor
+    magnitude = attention_magnitude(t, case.causal, case.scale)
     k = DEFAULT_K
+    empty = None
+    if finite:  # the rows with no allowed key apart: below float64 they are uniform where the truth keeps softmax(s)
+        allowed = oracle.support_np(case.b, case.s, case.t, causal=case.causal, key_padding_mask=case.pad)  # [B, 1, S, T]
+        empty = ~np.broadcast_to(allowed, (case.b, 1, case.s, case.t)).any(axis=-1)[:, 0]  # [B, S]
+
+    def bound(judged: Any) -> dict[str, Any]:
+        b_err = max(compare(b, [], truth, dtype=dclass, judged=judged).kernel_error for b in base)
+        floor = compare(base[0], [], truth, dtype=dclass, magnitude=magnitude, judged=judged).floor
+        return {"baseline_error": b_err, "floor": floor, "bound": k * b_err + floor}
+
+    tolerance = {"class": "baseline-relative", "k": k, **bound(None if empty is None else ~empty[:, None, :, None])}
+    if empty is not None:
+        tolerance["rows_without_key"] = {"k": k, **bound(empty[:, None, :, None])}
     tensors = {n: _np(t[n]).astype(storage) for n in ("q", "k", "v")}
     if t["G"] is not None:
         tensors["G"] = _np(t["G"]).astype(storage)
     if t["key_padding_mask"] is not None:
         tensors["key_padding_mask"] = _np(t["key_padding_mask"]).astype(bool)
     tensors["expected"] = np.vectorize(float, otypes=[np.float64])(truth) if truth.dtype == object else truth.astype(np.float64)
+    if empty is not None:
+        tensors["query_rows_without_key"] = empty
     meta = {
         "kind": "attention",
         "inputs": {"causal": case.causal, "scale": case.scale, "finite_mask": finite, "G": "stored" if t["G"] is not None else "identity (absent)",
                    "key_padding_mask": "stored (True = padding)" if t["key_padding_mask"] is not None else "absent (no padding)"},
         "shapes": {n: list(a.shape) for n, a in tensors.items()},
         "outputs": ["expected"],
-        "tolerance": {"class": "baseline-relative", "k": k, "baseline_error": b_err, "floor": floor, "bound": k * b_err + floor},
+        "tolerance": tolerance,
         "description": case.describe(),
     }
     return tensors, meta
@@ -187,7 +206,9 @@ def write_vectors(directory: str | Path, *, seed: int = 0) -> list[Path]:
 def check_vector(json_path: str | Path, outputs: dict[str, Any]) -> dict[str, dict[str, float]]:
     """Check ``outputs`` (name → array) against one vector; raises AssertionError with the numbers.
 
-    The rule foreign implementations apply, in Python: ``max|out − expected| ≤ bound``.
+    The rule foreign implementations apply, in Python: each output has the expected shape and
+    ``max|out − expected| ≤ bound``; where the vector lists query rows without an allowed key
+    (the finite mask's), those rows against their own bound and the others against ``bound``.
     """
     from safetensors.numpy import load_file
 
@@ -204,12 +225,22 @@ def check_vector(json_path: str | Path, outputs: dict[str, Any]) -> dict[str, di
     tol = meta["tolerance"]
     report = {}
     for name in meta["outputs"]:
+        expected = tensors[name]
+        out = np.asarray(outputs[name], dtype=np.float64)
+        if out.shape != expected.shape:  # a broadcast would compare a scalar with every element
+            raise AssertionError(f"{meta['case']}.{meta['dtype']} {name}: shape {out.shape} != expected {expected.shape}")
         t = tol if "bound" in tol else tol[name]
-        err = float(np.max(np.abs(np.asarray(outputs[name], dtype=np.float64) - tensors[name]))) if tensors[name].size else 0.0
-        report[name] = {"error": err, "bound": t["bound"]}
-        if not (err <= t["bound"]):
-            raise AssertionError(f"{meta['case']}.{meta['dtype']} {name}: max error {err:.3e} > bound {t['bound']:.3e} "
-                                 f"(= {t['k']}·{t['baseline_error']:.3e} + {t['floor']:.3e})")
+        parts = [("", t, None)]
+        if "rows_without_key" in t:
+            empty = tensors["query_rows_without_key"][:, None, :, None]  # [B, 1, S, 1]
+            parts = [("", t, ~empty), (" (query rows without a key)", t["rows_without_key"], empty)]
+        for label, part, rows in parts:
+            diff = np.abs(out - expected) if rows is None else np.abs(out - expected)[np.broadcast_to(rows, out.shape)]
+            err = float(np.max(diff)) if diff.size else 0.0
+            report[name + label] = {"error": err, "bound": part["bound"]}
+            if not (err <= part["bound"]):
+                raise AssertionError(f"{meta['case']}.{meta['dtype']} {name}{label}: max error {err:.3e} > bound "
+                                     f"{part['bound']:.3e} (= {part['k']}·{part['baseline_error']:.3e} + {part['floor']:.3e})")
     return report
 
 

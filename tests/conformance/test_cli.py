@@ -3,6 +3,7 @@ folder, verdicts a kernel cannot forge, time limits, vectors, and the docs' numb
 
 import hashlib
 import json
+import math
 import re
 import subprocess
 import sys
@@ -370,7 +371,7 @@ def vectors(tmp_path_factory):
 
 def test_vectors_are_complete_and_self_consistent(vectors):
     index = json.loads((vectors / "index.json").read_text())
-    assert index["format"] == "plga-conformance-vectors" and index["format_version"] == 1
+    assert index["format"] == "plga-conformance-vectors" and index["format_version"] == 2
     entries = [c for c in index["cases"] if "skipped" not in c]
     assert {c["case"] for c in entries} >= {"sdpa_identity", "sentinel_g", "finite_mask_empty_rows", "chain_small"}
     for c in entries:
@@ -400,6 +401,49 @@ def test_kernels_reproduce_the_attention_vectors(vectors):
         out = K.plga_attention(q, k, v, g, causal=inp["causal"], key_padding_mask=pad,
                                scale=inp["scale"], finite_mask=inp["finite_mask"])
         check_vector(js, {"expected": out.double().numpy()})
+
+
+def _vector_inputs(vectors, stem):
+    js = vectors / f"{stem}.json"
+    meta = json.loads(js.read_text())
+    t = load_file(str(vectors / meta["tensors"]))
+    q, k, v, g = (torch.from_numpy(t[n]).double() if n in t else None for n in ("q", "k", "v", "G"))
+    pad = torch.from_numpy(t["key_padding_mask"]) if "key_padding_mask" in t else None
+    return js, meta, (q, k, v, g), pad
+
+
+@pytest.mark.parametrize("dclass", ["float32", "bfloat16"])
+def test_a_vector_rejects_a_wrong_shape_and_judges_rows_without_a_key_apart(vectors, dclass):
+    """An outside audit: a one-element output passed finite_mask_empty_rows (no shape check,
+    the difference broadcast), and with one bound for the whole case — of the order of the
+    outputs, set by the rows without a key, uniform below float64 where the float64 truth kept
+    softmax(s) — G transposed, the ideal mask and a 10 % scale passed too. Those rows' queries
+    are now zero (uniform in every precision) and judged against their own bound."""
+    import plga.kernels as K
+
+    js, meta, (q, k, v, g), pad = _vector_inputs(vectors, f"finite_mask_empty_rows.{dclass}")
+    tol = meta["tolerance"]
+    expected = load_file(str(vectors / meta["tensors"]))["expected"]
+    # those rows' queries are zero (equal scores: uniform in every precision), so their bound is
+    # a rounding bound too, not one of the order of the outputs
+    assert tol["rows_without_key"]["bound"] < 0.1 * np.abs(expected).max()
+    inp = meta["inputs"]
+    kw = dict(causal=inp["causal"], key_padding_mask=pad, scale=inp["scale"])
+    dt = getattr(torch, dclass)
+    right = K.plga_attention(q.to(dt), k.to(dt), v.to(dt), g.to(dt), finite_mask=True, **kw).double().numpy()
+    check_vector(js, {"expected": right})
+    with pytest.raises(AssertionError, match="shape"):
+        check_vector(js, {"expected": right[:1, :1, :1, :1]})
+    wrong = {
+        "G transposed": K.plga_attention(q, k, v, g.transpose(-1, -2), finite_mask=True, **kw),
+        "ideal mask": K.plga_attention(q, k, v, g, finite_mask=False, **kw),
+    }
+    if dclass == "float32":  # below bfloat16's resolution of these outputs (its bound is 4 % of them)
+        wrong["scale 10 % off"] = K.plga_attention(q, k, v, g, finite_mask=True, **{**kw, "scale": 1.1 / math.sqrt(q.shape[-1])})
+    for what, out in wrong.items():
+        with pytest.raises(AssertionError, match="max error"):
+            check_vector(js, {"expected": out.double().numpy()})
+            pytest.fail(f"{what} passed the {dclass} vector")
 
 
 def test_docs_state_the_code_numbers():

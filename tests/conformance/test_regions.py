@@ -336,7 +336,7 @@ def test_second_prompt_moves_the_padding(prompt):
 
 
 CHAIN_SIZE_CONTROLS = ("chain_gram_odd_feature_dropped", "chain_gram_row_chunk_tail_dropped", "chain_gram_pooled_over_batch",
-                       "chain_power_heads_mod_16")
+                       "chain_power_heads_mod_16", "chain_swiglu_width_tail_dropped")
 
 
 @pytest.mark.parametrize("name", CHAIN_SIZE_CONTROLS)
@@ -433,3 +433,20 @@ def test_no_boundary_case_is_a_one_row_batch_all_padding():
         cases = sh.boundary_attention_cases(causal=None, paddings=paddings)
         assert not [c.label for c in cases if c.b == 1 and c.padding == "full_rows"]
         assert any(c.padding == "full_rows" for c in cases)  # the pattern still runs, on batches of several rows
+
+
+def test_a_wide_feed_forward_catches_a_tiled_feed_forward(monkeypatch):
+    """A feed-forward of 300 hidden units (a sixth audit: the widest was 48, where a loop over
+    128-unit tiles that loses a partial last one is exact): the control fails now; with the
+    boundary configuration of before (dff 40, A_dff 9) it passed."""
+    from plga.conformance.controls import CONTROLS
+
+    control = CONTROLS["feed_forward_tail_dropped"]
+    report = check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"forward_logits"}, report.summary()
+    configs = list(sh.BOUNDARY_CONFIGS)
+    assert configs[4][3:5] == (300, 170)
+    configs[4] = (*configs[4][:3], 40, 9, *configs[4][5:])
+    monkeypatch.setattr(sh, "BOUNDARY_CONFIGS", tuple(configs))
+    report = check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()

@@ -27,6 +27,7 @@ from .decoders import (
     CollapsedStepsPlainSdpa,
     ConversationPrefixCache,
     DecoderControl,
+    FeedForwardTailDropped,
     FirstDenseBlockOnly,
     Float64DecoderControl,
     ForwardOnlyBf16Control,
@@ -228,6 +229,12 @@ _LIST = [
             _chain("chain_gram_pooled_over_batch", "gram_pooled_over_batch"), caught_by=("operator_chain",)),
     Control("chain_power_heads_mod_16", "the power stage's weights in head chunks of 16: past 16 heads, head h reads head "
             "h mod 16's W, b, P, a, b_a", _chain("chain_power_heads_mod_16", "power_heads_mod_16"), caught_by=("operator_chain",)),
+    Control("chain_swiglu_width_tail_dropped", "the metric learner's SwiGLU hidden units in tiles of 64 counted as "
+            "A_dff // 64: past 128 units a partial last tile is lost (the released model's A_dff is 170)",
+            _chain("chain_swiglu_width_tail_dropped", "swiglu_width_tail_dropped"), caught_by=("operator_chain",)),
+    Control("feed_forward_tail_dropped", "the feed-forward's hidden units in tiles of 128 counted as dff // 128: past "
+            "256 units a partial last tile is never summed", _decoder("feed_forward_tail_dropped", FeedForwardTailDropped),
+            caught_by=_FWD + _CACHE),
     Control("chain_first_dense_block_only", "the operator chain uses only the first SwiGLU block per unit",
             _chain("chain_first_dense_block_only", "first_dense_block_only"), caught_by=("operator_chain",)),
     # cache bugs: batch > 1, padding, positions

@@ -16,6 +16,13 @@ from ..adapter import Adapter
 GRAM_ROW_CHUNK = 256
 POOLED_PAST = 16
 HEAD_CHUNK = 16
+WIDTH_TILE = 64  # the metric learner's SwiGLU hidden units in tiles of 64
+
+
+def tiles_counted_down(n: int, tile: int) -> int:
+    """The hidden units a loop over ``max(1, n // tile)`` tiles reaches (the last one takes the
+    rest only when it is the only one): past two tiles a partial last tile is lost."""
+    return n if n // tile <= 1 else n - n % tile
 
 
 def _density(q_rot: Tensor, bug: str) -> Tensor:
@@ -47,6 +54,8 @@ class ChainControl(Adapter):
         w = dict(layer_weights)
         if self.bug == "first_dense_block_only":
             w["units"] = [(blocks[:1], g, b) for blocks, g, b in w["units"]]
+        if self.bug == "swiglu_width_tail_dropped":  # hidden units past the last whole tile never summed
+            w["units"] = [([(*blk[:4], _tail_zeroed(blk[4]), blk[5]) for blk in blocks], g, b) for blocks, g, b in w["units"]]
         cw = eg.cast_layer_weights(w, q_rot.dtype, q_rot.device)
         h = q_rot.shape[1]
         if self.bug == "power_heads_mod_16" and h > HEAD_CHUNK:  # head h reads head h mod 16's weights
@@ -60,4 +69,11 @@ class ChainControl(Adapter):
         return A, a_lm, a_p, g_lm
 
 
-__all__ = ["ChainControl"]
+def _tail_zeroed(w3: Any) -> Any:
+    """The output projection [out, n] without the columns of hidden units a tiled loop misses."""
+    w3 = torch.as_tensor(w3).clone()
+    w3[:, tiles_counted_down(w3.shape[1], WIDTH_TILE) :] = 0
+    return w3
+
+
+__all__ = ["ChainControl", "tiles_counted_down"]

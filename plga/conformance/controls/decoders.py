@@ -18,6 +18,7 @@ from torch import Tensor
 from .. import eager as eg
 from .. import memo
 from ..adapters import EagerAdapter
+from .chain import tiles_counted_down
 
 
 class _ConfigBugDecoder(eg.EagerDecoder):
@@ -387,6 +388,19 @@ class KvPowerInActivationDtype(eg.EagerDecoder):
         return cache.A, a_lm, g
 
 
+class FeedForwardTailDropped(eg.EagerDecoder):
+    """The feed-forward's hidden units in tiles of 128, counted as ``max(1, dff // 128)``: past
+    256 units a partial last tile is never summed (the gate's output projection without it)."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        for name, w in list(self.p.items()):
+            if name.endswith("ffn.gluw3.weight"):  # [d_model, dff]
+                w = w.clone()
+                w[:, tiles_counted_down(w.shape[1], 128) :] = 0
+                self.p[name] = w
+
+
 class LogSumExpFiniteMaskDecoder(eg.EagerDecoder):
     """Sound (a correct control): attention weights under the finite −1e9 mask as
     exp(x − logsumexp(x)). On the query rows of a left-padded prompt that see only padding, lse
@@ -471,6 +485,7 @@ __all__ = [
     "CollapsedStepsPlainSdpa",
     "ConversationPrefixCache",
     "DecoderControl",
+    "FeedForwardTailDropped",
     "FirstDenseBlockOnly",
     "Float64DecoderControl",
     "ForwardOnlyBf16Control",
