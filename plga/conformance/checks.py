@@ -1066,13 +1066,18 @@ def _state(params: dict[str, np.ndarray], dtype: Any, device: str) -> dict[str, 
 
 
 def _baseline_decoders(state: dict[str, Any], config: Any) -> list[eg.EagerDecoder]:
-    """Eager decoders in the published order, reordered, and (bf16/fp16) with a float32 chain."""
+    """Eager decoders in the published order, reordered, (bf16/fp16) with a float32 chain, and
+    (fp16) with the attention weights in float32 too: −1e9 overflows float16, every other
+    baseline was NaN on a left-padded sequence, its baseline error taken as 0, and a sound
+    float16 decoder that keeps its softmax in float32 was failed at the floor."""
     import torch
 
     ref = next(iter(state.values()))
     out = [eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, order=o) for o in eg.ORDERS]
     if ref.dtype in (torch.bfloat16, torch.float16):
         out.append(eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, wide_chain=True))
+    if ref.dtype == torch.float16:
+        out.append(eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, wide_chain=True, wide_softmax=True))
     return out
 
 

@@ -286,7 +286,7 @@ class EagerDecoder:
 
     def __init__(
         self, state: Mapping[str, Any], config: Any, dtype: torch.dtype = torch.float32,
-        device: Any = "cpu", order: str = "natural", wide_chain: bool = False,
+        device: Any = "cpu", order: str = "natural", wide_chain: bool = False, wide_softmax: bool = False,
     ) -> None:
         self.config = config
         self.dtype = dtype
@@ -295,6 +295,9 @@ class EagerDecoder:
         # wide_chain: the operator chain (and q G) in float32 for bf16/fp16 activations, the
         # precision policy of plga.kernels; one more legitimate way to evaluate the same math
         self.chain_dtype = torch.float32 if wide_chain and dtype in (torch.bfloat16, torch.float16) else dtype
+        # wide_softmax: the attention weights in float32, rounded once — in float16 the −1e9 mask
+        # overflows to −inf and a row without an allowed key is NaN in the other orders
+        self.softmax_dtype = torch.float32 if wide_softmax and dtype in (torch.bfloat16, torch.float16) else dtype
         self.p = {k: torch.as_tensor(v).to(device=self.device, dtype=dtype) for k, v in state.items()}
         # both square roots in float32, as the published code computes them (docs/spec.md §2)
         self.sqrt_d_model = float(torch.tensor(float(config.d_model), dtype=torch.float32).sqrt())
@@ -347,6 +350,8 @@ class EagerDecoder:
     def attention_weights(self, x: Tensor, support: Tensor) -> Tensor:
         """softmax of the scaled scores x [B, H, S, T] under the finite −1e9 mask, as published
         (``support`` [B, S, T]: the allowed pairs)."""
+        if self.softmax_dtype != x.dtype:
+            return _softmax(x.to(self.softmax_dtype), support[:, None], True, self.order).to(x.dtype)
         return _softmax(x, support[:, None], True, self.order)
 
     def layer(

@@ -295,3 +295,20 @@ def test_bfloat16_gradients_are_judged_at_their_own_size(monkeypatch):
     monkeypatch.setattr(sh, "BOUNDARY_SHAPES", sh.BOUNDARY_SHAPES[:23])
     assert check_kernel(_upcast_bf16(drop_dk_tail=True), checks=["attention_backward"], profile="quick",
                         shrink=False).verdict == "PASS"
+
+
+def test_a_float16_decoder_with_its_softmax_in_float32_passes(monkeypatch):
+    """−1e9 overflows float16: every baseline decoder but one with its attention weights in
+    float32 is NaN on a left-padded sequence, its baseline error was taken as 0, and a sound
+    float16 decoder (an outside audit's) was failed at the floor. Without that baseline (the
+    negative control) it is failed again."""
+    from plga.conformance.controls import CONTROLS
+
+    control = CONTROLS["fp16_softmax_in_float32"]
+    names = ["forward_golden", "forward_collapsed"]
+    report = check_kernel(control.make(), checks=names, profile="quick")
+    assert report.verdict == "PASS", report.summary()
+    full = checks._baseline_decoders
+    monkeypatch.setattr(checks, "_baseline_decoders", lambda state, config: [d for d in full(state, config)
+                                                                              if d.softmax_dtype == d.dtype])
+    assert check_kernel(control.make(), checks=names, profile="quick").verdict == "FAIL"

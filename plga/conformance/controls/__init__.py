@@ -31,6 +31,7 @@ from .decoders import (
     FirstDenseBlockOnly,
     Float64DecoderControl,
     ForwardOnlyBf16Control,
+    ForwardOnlyFp16Control,
     FullLastQueryBlockDropped,
     GeneratedZerosMasked,
     KvPageAliased,
@@ -48,6 +49,7 @@ from .decoders import (
     RotateHalfAsInterleaved,
     RowLengthsMixed,
     SecondBestNearTie,
+    SoftmaxInFloat32,
     StepMaskTileOf8,
     StepPositionsFromFirstRealToken,
     StepPositionsOffByOne,
@@ -111,6 +113,9 @@ _LIST = [
     Control("kv_power_bf16_kvg_float32", "bfloat16: kv recomputes the power stage in bfloat16 (as the eager baseline "
             "does), kvg keeps the prompt's float32 G_LM: the two may split a near tie differently",
             lambda: Bf16DecoderControl("controls.kv_power_bf16_kvg_float32", KvPowerInActivationDtype), correct=True),
+    Control("fp16_softmax_in_float32", "a float16 decoder (forward only) whose attention weights are computed in float32, "
+            "the −1e9 mask included, and rounded once: float16 overflows −1e9 to −∞",
+            lambda: ForwardOnlyFp16Control("controls.fp16_softmax_in_float32", SoftmaxInFloat32), correct=True),
     # tiling bugs: visible only past a block, chunk or tile
     Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
             _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),

@@ -470,6 +470,22 @@ class Bf16DecoderControl(DecoderControl):
     dtypes = ("bfloat16",)
 
 
+class SoftmaxInFloat32(eg.EagerDecoder):
+    """Sound (a correct control, for float16): the attention weights computed in float32, the
+    −1e9 mask included, and rounded once — where float16 overflows −1e9 to −∞."""
+
+    def attention_weights(self, x: Tensor, support: Tensor) -> Tensor:
+        fill = (~support[:, None]).float() * -1e9  # [B, 1, S, T]
+        return torch.softmax(x.float() + fill, dim=-1).to(x.dtype)
+
+
+class ForwardOnlyFp16Control(DecoderControl):
+    """A float16 prefill/scoring implementation (``forward`` and ``collapsed`` only)."""
+
+    capabilities = frozenset({"forward", "collapsed"})
+    dtypes = ("float16",)
+
+
 class ForwardOnlyBf16Control(DecoderControl):
     """A bfloat16 prefill/scoring implementation (``forward`` and ``collapsed`` only) with one
     decoder bug; the chain in float32 as the precision policy asks."""
@@ -489,6 +505,7 @@ __all__ = [
     "FirstDenseBlockOnly",
     "Float64DecoderControl",
     "ForwardOnlyBf16Control",
+    "ForwardOnlyFp16Control",
     "FullLastQueryBlockDropped",
     "GeneratedZerosMasked",
     "KvPageAliased",
@@ -506,6 +523,7 @@ __all__ = [
     "RotateHalfAsInterleaved",
     "RowLengthsMixed",
     "SecondBestNearTie",
+    "SoftmaxInFloat32",
     "StepMaskTileOf8",
     "StepPositionTableOfEight",
     "StepPositionsFromFirstRealToken",
