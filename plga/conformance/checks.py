@@ -74,6 +74,7 @@ class Context:
     seed: int = profiles.DEFAULT_SEED
     coverage: dict[str, set[str]] = dataclasses.field(default_factory=dict)
     cases: int = 0
+    left_out: list[str] = dataclasses.field(default_factory=list)  # boundary cases the conditioning rules rejected
 
     @property
     def device(self) -> str:
@@ -244,11 +245,13 @@ def run_property(ctx: Context, strategy: Any, body: Callable[[Any], None], facto
 
 def run_boundary(ctx: Context, body: Callable[[Any], None], boundary: Sequence[Any]) -> None:
     """``body(case)`` on each explicit case (none while a drawn case is replayed); a case whose
-    conditioning ``assume`` fails is left out."""
+    conditioning ``assume`` fails is left out and named in ``ctx.left_out`` (the coverage
+    report lists it: a region it alone reached is not covered at that dtype)."""
     for case in boundary if not ctx.reproduce else ():
         try:
             _run_case(ctx, body, case)
         except UnsatisfiedAssumption:
+            ctx.left_out.append(getattr(case, "label", "a boundary case"))
             continue
         except AssertionError as exc:
             _add_repro(exc, ctx, boundary=True)

@@ -34,6 +34,7 @@ class CheckResult:
     seconds: float = 0.0
     cases: int = 0
     coverage: dict[str, list[str]] = dataclasses.field(default_factory=dict)
+    left_out: list[str] = dataclasses.field(default_factory=list)  # boundary cases the conditioning rules rejected
 
     @property
     def id(self) -> str:
@@ -41,7 +42,8 @@ class CheckResult:
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "check": self.check, "dtype": self.dtype, "group": self.group, "status": self.status,
-                "seconds": round(self.seconds, 3), "cases": self.cases, "coverage": self.coverage, "message": self.message}
+                "seconds": round(self.seconds, 3), "cases": self.cases, "coverage": self.coverage, "left_out": self.left_out,
+                "message": self.message}
 
 
 #: Verdicts of a run and their exit status (docs/conformance.md). A run stopped before its end
@@ -147,6 +149,10 @@ class ConformanceReport:
             lines.append(f"  {group}: {len(ran)}/{len(rs)} checks ran, {sum(r.cases for r in rs)} cases")
             for axis, regions in cov.get(group, {}).items():
                 lines.append(f"    {axis:<16} {', '.join(regions)}")
+            left = [f"{r.id} {', '.join(r.left_out)}" for r in rs if r.left_out]
+            if left:  # what the boundary lists hold but this run could not judge
+                lines.append(f"    {'left out':<16} boundary cases the conditioning rules reject at that dtype (not "
+                             f"covered): {'; '.join(left)}")
         return "\n".join(lines)
 
     def summary(self, details: bool = True) -> str:
@@ -360,7 +366,7 @@ def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool
     if status == "failed" and xfail_reason:
         status, msg = "xfailed", msg + f"\n(expected: {xfail_reason})"
     return CheckResult(name, dtype, CHECKS[name].group, status, msg, time.perf_counter() - t0, ctx.cases,
-                       {a: sorted(v, key=_region_key) for a, v in ctx.coverage.items()})
+                       {a: sorted(v, key=_region_key) for a, v in ctx.coverage.items()}, list(ctx.left_out))
 
 
 def parametrize_with_checks(impls: Sequence[Any], *, expected_failures: Mapping[str, str] | None = None,

@@ -450,3 +450,20 @@ def test_a_wide_feed_forward_catches_a_tiled_feed_forward(monkeypatch):
     monkeypatch.setattr(sh, "BOUNDARY_CONFIGS", tuple(configs))
     report = check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False)
     assert report.verdict == "PASS", report.summary()
+
+
+def test_boundary_cases_the_conditioning_rejects_are_named_in_the_coverage(monkeypatch):
+    """A boundary case the conditioning rules reject is not judged: the coverage report names it
+    (an audit found cases that alone reached a bug rejected at bfloat16 without a word)."""
+    import json
+
+    report = check_kernel(kernels, checks=["attention_unmasked"], dtypes=["float32"], profile="quick")
+    (result,) = report.results
+    assert "left out" not in report.coverage_text() and not result.left_out
+    monkeypatch.setattr(sh, "MAX_ABS_SCORE", 1e-12)  # every case with a nonzero score rejected
+    report = check_kernel(kernels, checks=["attention_unmasked"], dtypes=["float32"], profile="quick")
+    (result,) = report.results
+    labels = [c.label for c in sh.boundary_attention_cases(causal=False, paddings=("none",))]
+    assert set(result.left_out) <= set(labels) and len(result.left_out) >= len(labels) - 2  # scale-0 cases stay
+    assert "left out" in report.coverage_text() and f"attention_unmasked[float32] {result.left_out[0]}, " in report.coverage_text()
+    assert json.loads(json.dumps(report.to_json()))["results"][0]["left_out"] == result.left_out
