@@ -243,19 +243,32 @@ def run_property(ctx: Context, strategy: Any, body: Callable[[Any], None], facto
         raise failure from None
 
 
+#: Times a decoder boundary case whose seeded weights the conditioning rules reject is tried
+#: again with other weights (its configuration and tokens, what it is there for, kept): at
+#: bfloat16 the 4-layer, 5-head case was rejected, and with it the only case that showed a
+#: bfloat16 decoder's padding bug at some seeds.
+BOUNDARY_RESEEDS = 3
+
+
 def run_boundary(ctx: Context, body: Callable[[Any], None], boundary: Sequence[Any]) -> None:
-    """``body(case)`` on each explicit case (none while a drawn case is replayed); a case whose
-    conditioning ``assume`` fails is left out and named in ``ctx.left_out`` (the coverage
-    report lists it: a region it alone reached is not covered at that dtype)."""
+    """``body(case)`` on each explicit case (none while a drawn case is replayed). A decoder case
+    whose conditioning ``assume`` fails is tried with other weights (:data:`BOUNDARY_RESEEDS`);
+    a case still rejected is left out and named in ``ctx.left_out`` (the coverage report lists
+    it: a region it alone reached is not covered at that dtype)."""
     for case in boundary if not ctx.reproduce else ():
-        try:
-            _run_case(ctx, body, case)
-        except UnsatisfiedAssumption:
-            ctx.left_out.append(getattr(case, "label", "a boundary case"))
-            continue
-        except AssertionError as exc:
-            _add_repro(exc, ctx, boundary=True)
-            raise
+        for attempt in range(BOUNDARY_RESEEDS + 1):
+            try:
+                _run_case(ctx, body, case)
+            except UnsatisfiedAssumption:
+                if isinstance(case, DecoderCase) and attempt < BOUNDARY_RESEEDS:  # the shape matters, not the weights
+                    case = dataclasses.replace(case, seed=(case.seed * 31 + 7) % 2**31,
+                                               label=case.label.split(" (")[0] + f" (weights reseeded {attempt + 1}×)")
+                    continue
+                ctx.left_out.append(getattr(case, "label", "a boundary case"))
+            except AssertionError as exc:
+                _add_repro(exc, ctx, boundary=True)
+                raise
+            break
 
 
 def _assume(condition: bool) -> None:

@@ -34,12 +34,14 @@ from .decoders import (
     ForwardOnlyFp16Control,
     FullLastQueryBlockDropped,
     GeneratedZerosMasked,
+    GramOverRealRowsOnly,
     KvPageAliased,
     KvPowerInActivationDtype,
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
     LoadedDecoderControl,
+    LogitsOnlyBf16Control,
     LogSumExpFiniteMaskDecoder,
     NocacheIgnoresConstantG,
     PaddingIgnoredAfterPrompt,
@@ -268,6 +270,10 @@ _LIST = [
             lambda: ForwardOnlyBf16Control("controls.positions_rounded_bf16", PositionsRoundedToBf16),
             caught_by=("forward_logits", "forward_collapsed")),
     # past 512: a vocabulary block, a prefill chunk, a cache of 512 keys; state on a loaded model
+    Control("gram_over_real_rows_bf16", "bfloat16 (forward only, logits without G_LM): the metric learner's Gram over the "
+            "prompt's real rows, the padding rows left out", lambda: LogitsOnlyBf16Control("controls.gram_over_real_rows_bf16",
+                                                                                           GramOverRealRowsOnly),
+            caught_by=("forward_logits", "forward_golden", "decoder_thread_counts")),
     Control("vocab_tail_block_dropped", "the vocabulary product in 512-column blocks counted as V // 512: past 512 "
             "columns the partial last block's logits stay 0", _decoder("vocab_tail_block_dropped", VocabTailBlockDropped),
             caught_by=_FWD + _CACHE),

@@ -470,6 +470,22 @@ class Bf16DecoderControl(DecoderControl):
     dtypes = ("bfloat16",)
 
 
+class GramOverRealRowsOnly(eg.EagerDecoder):
+    """The metric learner's Gram summed over the prompt's real rows only (padding rows' queries
+    zeroed), where the contract sums every query row, padding included."""
+
+    real: Tensor | None = None
+
+    def forward(self, tokens: Tensor, constant_g: Sequence[Tensor] | None = None) -> Any:
+        self.real = torch.as_tensor(tokens, device=self.device) != 0  # [B, S]
+        return super().forward(tokens, constant_g)
+
+    def chain(self, i: int, q_rot: Tensor) -> Any:
+        if self.real is None or self.real.shape[1] != q_rot.shape[2]:
+            return super().chain(i, q_rot)
+        return super().chain(i, q_rot * self.real[:, None, :, None].to(q_rot.dtype))
+
+
 class SoftmaxInFloat32(eg.EagerDecoder):
     """Sound (a correct control, for float16): the attention weights computed in float32, the
     −1e9 mask included, and rounded once — where float16 overflows −1e9 to −∞."""
@@ -494,6 +510,15 @@ class ForwardOnlyBf16Control(DecoderControl):
     dtypes = ("bfloat16",)
 
 
+class LogitsOnlyBf16Control(ForwardOnlyBf16Control):
+    """As :class:`ForwardOnlyBf16Control`, returning logits only (no G_LM, which the protocol
+    leaves optional): its bug is judged through the logits alone."""
+
+    def forward(self, state_dict: Mapping[str, Any], config: Any, tokens: Any, *,
+                constant_g: Sequence[Any] | None = None) -> Any:
+        return dataclasses.replace(super().forward(state_dict, config, tokens, constant_g=constant_g), G_LM=None)
+
+
 __all__ = [
     "BelowFloat64DecoderControl",
     "Bf16DecoderControl",
@@ -508,6 +533,7 @@ __all__ = [
     "ForwardOnlyFp16Control",
     "FullLastQueryBlockDropped",
     "GeneratedZerosMasked",
+    "GramOverRealRowsOnly",
     "KvPageAliased",
     "KvPowerInActivationDtype",
     "KvRecomputesFromNewRows",
@@ -515,6 +541,7 @@ __all__ = [
     "LastResidualUnitSkipped",
     "LoadedDecoderControl",
     "LogSumExpFiniteMaskDecoder",
+    "LogitsOnlyBf16Control",
     "NocacheIgnoresConstantG",
     "PaddingIgnoredAfterPrompt",
     "PaddingMaskKeptByShape",
