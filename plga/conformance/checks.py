@@ -1512,10 +1512,10 @@ def check_state_between_calls(ctx: Context) -> None:
                 truth = oracle.truth_generate(state, config, p, n, "collapsed", gs[j])
                 _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j], forced=truth.tokens),
                                     what=f"collapsed decoding, round {j + 1}", note=note)
-        for mode in modes:
-            _conversation(ctx, c, state, (held_state, held_config), n, mode)
-        if collapsed and modes:
-            _conversation(ctx, c, state, (held_state, held_config), n, "collapsed", gs[0])
+        turns = modes + (["collapsed"] if collapsed and modes else [])
+        if turns:  # one decoding mode per case, in turn: every mode meets many cases at a quarter of the time
+            mode = turns[c.seed % len(turns)]
+            _conversation(ctx, c, state, (held_state, held_config), n, mode, gs[0] if mode == "collapsed" else None)
 
     _generation_check(ctx, body)
 

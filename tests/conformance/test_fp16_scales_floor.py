@@ -285,14 +285,16 @@ def test_bfloat16_gradients_are_judged_at_their_own_size(monkeypatch):
     # negative control: the whole chain in bfloat16 ulp, as before
     real = checks.backward_magnitudes
 
-    def old(t: dict[str, Any], w: Any, scores: Any) -> list[float]:
+    def old(t: dict[str, Any], w: Any, scores: Any, finite_mask: bool = False) -> list[float]:
         wide = dict(t, q=t["q"].float())  # at float32 the chain is the magnitude (r = 1)
-        return real(wide, w, scores)
+        return real(wide, w, scores, finite_mask)
 
     monkeypatch.setattr(checks, "backward_magnitudes", old)
-    # and the boundary shapes of that time: 600 keys (a later shape) leave a partial 128-key block
-    # large enough to fail even the old floor
+    # and the cases of that time: 600 keys (a later shape) leave a partial 128-key block large
+    # enough to fail even the old floor; so do the later backward size and finite-mask cases
     monkeypatch.setattr(sh, "BOUNDARY_SHAPES", sh.BOUNDARY_SHAPES[:23])
+    monkeypatch.setattr(checks, "BACKWARD_SIZE_SHAPES", ())
+    monkeypatch.setattr(checks, "BACKWARD_FINITE_SHAPES", ())
     assert check_kernel(_upcast_bf16(drop_dk_tail=True), checks=["attention_backward"], profile="quick",
                         shrink=False).verdict == "PASS"
 
