@@ -185,6 +185,16 @@ class AttentionCase:
             "key_padding_mask": None if self.pad is None else torch.from_numpy(self.pad).to(device),
         }
 
+    def zero_queries_without_key(self) -> None:
+        """Zero the queries of the rows with no allowed key: their scores are then equal, and under
+        the finite mask such a row is the uniform average of every value in every precision
+        (below float64 −1e9 + s rounds to −1e9 whatever s, where the float64 truth would keep
+        softmax(s))."""
+        if self.pad is None:
+            return
+        allowed = oracle.support_np(self.b, self.s, self.t, causal=self.causal, key_padding_mask=self.pad)  # [B, 1, S, T]
+        self.q = self.q * np.broadcast_to(allowed, (self.b, 1, self.s, self.t)).any(axis=-1, keepdims=True)
+
     def has_empty_rows(self) -> bool:
         """Whether some query row has no allowed key (causal ∩ padding, or a fully padded batch row)."""
         if self.pad is None:

@@ -57,18 +57,18 @@ def test_left_padding_under_a_constant_g_is_judged_below_float64(monkeypatch):
     assert report.failed_checks() == {"collapsed_equals_kvg"}, report.summary()
     assert {f.dtype for f in report.failures} == {"float32", "bfloat16"}
     assert "left-padded" in report.failures[0].message
-    monkeypatch.setattr(checks, "_collapsed_tokens", lambda ctx, c: c.tokens)  # negative control: right padding only
+    monkeypatch.setattr(checks, "_collapsed_tokens", lambda c: c.tokens)  # negative control: right padding only
     assert check_kernel(control.make(), checks=list(names), profile="quick", shrink=False).verdict == "PASS"
 
 
 def test_collapsed_tokens_are_the_same_prompts_left_padded():
     case = checks.DecoderCase(sh.boundary_configs()[1], 1, sh.padded_tokens(37, 0, batch=4, length=9, left_padding=False))
-    left = checks._collapsed_tokens(None, case)  # seed 1: odd, left-padded
+    left = checks._collapsed_tokens(case)  # seed 1: odd, left-padded
     assert left.shape == case.tokens.shape and (left[:, -1] > 0).all()
     for row, orig in zip(left, case.tokens, strict=True):
         assert list(row[row > 0]) == list(orig[orig > 0])
         assert (row[: row.size - (row > 0).sum()] == 0).all()
-    assert checks._collapsed_tokens(None, dataclasses.replace(case, seed=2)) is case.tokens
+    assert checks._collapsed_tokens(dataclasses.replace(case, seed=2)) is case.tokens
 
 
 def test_a_batch_past_eight_rows_is_judged(monkeypatch):
