@@ -306,6 +306,8 @@ def load_operator_arrays(path: str | os.PathLike[str], key: str | None = None) -
             raise DataFileError(f"{where} holds {dtype} values; operators must be real numbers")
         if len(shape) not in (3, 4) or shape[-1] != shape[-2] or 0 in shape:
             raise DataFileError(f"{where} holds an array of shape {shape}; operators are [layers, heads, d, d]")
+        if shape[-1] % 2:
+            raise DataFileError(f"{where} holds operators of size d = {shape[-1]}; RoPE rotates coordinate pairs, so d must be even")
 
     arrays = read_arrays(path, "operator file", check, only=key)
     return {name or "G": a for name, a in arrays.items()}
@@ -412,7 +414,7 @@ def _read_prompts(path: str | os.PathLike[str]) -> tuple[list[list[int]] | None,
             bad = [i for i, r in enumerate(data) if not r]
             if bad:
                 raise DataFileError(f"{where}: prompts {bad[:10]} are empty")
-            rows = [_ids_from_json(r, where, DataFileError)[0].tolist() for r in data]
+            rows = [_ids_from_json([r], where, DataFileError)[0].tolist() for r in data]  # each prompt one flat list of ids
             return rows, None
         return [_ids_from_json(data, where, DataFileError)[0].tolist()], None
     texts = [line for line in read_text(p, what).splitlines() if line.strip()]

@@ -428,16 +428,52 @@ def read_pth(path: Path) -> dict[str, Array]:
 
 def read_safetensors(path: Path) -> dict[str, Array]:
     """Read a safetensors file with NumPy (no torch needed). The library checks that the
-    header's offsets tile the file, so the arrays never exceed the file's size."""
-    path, _ = _weights_file(path)
+    header's offsets tile the file, so the arrays never exceed the file's size. NumPy has no
+    bfloat16: a file holding bfloat16 tensors is read through the library's framework-free
+    parser and those tensors widened to float32 (exactly, as a ``.pth``'s are)."""
+    path, size = _weights_file(path)
     try:
+        from safetensors import deserialize
         from safetensors.numpy import load_file
     except ImportError:
         raise CheckpointError(f"{path}: reading safetensors needs the 'safetensors' package") from None
     try:
-        return dict(load_file(str(path)))
+        if "BF16" not in _safetensors_dtypes(path, size):
+            return dict(load_file(str(path)))
+        return {name: _safetensors_array(name, view, path) for name, view in deserialize(path.read_bytes())}
+    except CheckpointError:
+        raise
     except Exception as exc:  # safetensors raises SafetensorError / OSError on corrupt files
         raise CheckpointError(f"{path} is not a readable safetensors file: {' '.join(str(exc).split())[:300]}") from exc
+
+
+#: safetensors dtype names → NumPy (BF16 is widened by :func:`_safetensors_array`).
+_SAFETENSORS_DTYPES = {"F64": np.float64, "F32": np.float32, "F16": np.float16, "I64": np.int64, "I32": np.int32,
+                       "I16": np.int16, "I8": np.int8, "U8": np.uint8, "BOOL": np.bool_}
+
+
+def _safetensors_dtypes(path: Path, size: int) -> set[str]:
+    """The dtypes a safetensors header names; empty when the header cannot be read (the library
+    then says why)."""
+    try:
+        with open(path, "rb") as fh:
+            n = int.from_bytes(fh.read(8), "little")
+            if not 0 < n <= size - 8:
+                return set()
+            header = json.loads(fh.read(n))
+        return {str(v.get("dtype")) for k, v in header.items() if k != "__metadata__" and isinstance(v, dict)}
+    except (OSError, ValueError, AttributeError):
+        return set()
+
+
+def _safetensors_array(name: str, view: Mapping[str, Any], path: Path) -> Array:
+    """One tensor of :func:`safetensors.deserialize` as a NumPy array; bfloat16 widened to float32."""
+    dtype, shape, data = view["dtype"], view["shape"], view["data"]
+    if dtype == "BF16":
+        return (np.frombuffer(data, dtype="<u2").astype(np.uint32) << 16).view(np.float32).reshape(shape)
+    if dtype not in _SAFETENSORS_DTYPES:
+        raise CheckpointError(f"{path}: tensor {name!r} has dtype {dtype}, which plga does not read")
+    return np.frombuffer(data, dtype=np.dtype(_SAFETENSORS_DTYPES[dtype]).newbyteorder("<")).reshape(shape)
 
 
 def load_checkpoint(
@@ -445,8 +481,8 @@ def load_checkpoint(
 ) -> tuple[dict[str, Array], PLDRConfig]:
     """Load weights and configuration from a ``.pth``, a ``.safetensors`` or a model folder.
 
-    A folder (or a safetensors file) may carry a ``config.json`` beside it (upstream dict or
-    Transformers port). Without a config, it is inferred from the tensor shapes, with the
+    A folder (holding a ``.safetensors`` or a ``.pth``), or a safetensors file, may carry a
+    ``config.json`` beside the weights (upstream dict or Transformers port; :func:`config_beside`). Without a config, it is inferred from the tensor shapes, with the
     context length ``max_seq_len``. Keys and shapes are validated against the config before
     any ``.pth`` tensor is copied into memory; dtypes and finiteness after.
     """
@@ -458,21 +494,22 @@ def load_checkpoint(
             f"{path} is a collapsed checkpoint (no metric learner; config.json has \"collapsed\": true): "
             "load it with plga.reference.checkpoint.load_collapsed or plga.kernels.PLDRModel.from_pretrained"
         )
-    if path.is_dir():
+    folder = path.is_dir()
+    if folder:
         candidates = sorted(path.glob("*.safetensors")) or sorted(path.glob("*.pth"))
         if not candidates:
             raise CheckpointError(f"folder {path} holds no .safetensors or .pth file")
         if len(candidates) > 1:
             raise CheckpointError(f"folder {path} holds several weight files: {[c.name for c in candidates][:20]}")
         path = candidates[0]
-    config_path = path.parent / "config.json"
+    config_path = config_beside(path, folder)
     tensors: Mapping[str, Any]
     if path.suffix == ".safetensors":
         tensors = read_safetensors(path)
-        if config is None and config_path.exists():
-            config = PLDRConfig.from_json(config_path)
     else:
         tensors = open_pth(path)  # storages read (≤ the file size), no view copied yet
+    if config is None and config_path is not None:
+        config = PLDRConfig.from_json(config_path)
     have = {k: v for k, v in tensors.items() if k not in OPTIONAL_BUFFERS}
     shapes = {k: tuple(v.shape) for k, v in have.items()}
     if config is None:
@@ -485,6 +522,14 @@ def load_checkpoint(
     state = {k: v if isinstance(v, np.ndarray) else _to_numpy(v) for k, v in have.items()}
     _check_values(state, str(path))
     return state, config
+
+
+def config_beside(weights: Path, folder: bool) -> Path | None:
+    """The ``config.json`` that configures ``weights``, or None: the one in a model folder given
+    as the checkpoint (whatever the weights' format), or the one beside a ``.safetensors`` file.
+    A ``.pth`` named as a file takes no config from its folder (downloads gather there)."""
+    cfg = weights.parent / "config.json"
+    return cfg if cfg.exists() and (folder or weights.suffix == ".safetensors") else None
 
 
 def _collapsed_flag(config_path: Path) -> bool:

@@ -31,6 +31,11 @@ def add_audit_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("checkpoint", nargs="?", default=None,
                         help="a .pth, a .safetensors (config.json beside it) or a model folder; "
                         "omitted: a built-in small model with seeded random weights")
+    parser.add_argument("--config", default=None, metavar="CONFIG.json",
+                        help="the checkpoint's configuration (upstream hyperparameters or config.json); default: the "
+                        "config.json of a model folder or beside a .safetensors, else inferred from the tensor shapes")
+    parser.add_argument("--max-seq-len", type=int, default=None,
+                        help="context length when the configuration is inferred from the tensor shapes (default 1024)")
     parser.add_argument("--prompts", default=None,
                         help="prompt file: .npy int [N, S] (0 = pad), .json list of id lists or of strings, or text (one prompt a line)")
     parser.add_argument("--tokenizer", default=None, help="SentencePiece .model for text prompts (default prompts: 8 English sentences)")
@@ -75,6 +80,15 @@ def audit_main(args: argparse.Namespace) -> int:
         return 0
     if args.force and not args.collapse:
         raise UsageError("--force only applies to --collapse")
+    config = None
+    if args.config:
+        from ..reference.config import PLDRConfig
+
+        if args.max_seq_len is not None:
+            raise UsageError("--max-seq-len sets the context of an inferred configuration; --config gives its own max_seq_len")
+        config = PLDRConfig.from_json(args.config)
+    if args.max_seq_len is not None and args.max_seq_len < 1:
+        raise UsageError(f"--max-seq-len must be ≥ 1, got {args.max_seq_len}")
     sizes = QUICK if args.quick else AuditSizes()
     if args.order_tokens is not None:
         if args.order_tokens < 1:
@@ -85,7 +99,7 @@ def audit_main(args: argparse.Namespace) -> int:
             checkpoint=args.checkpoint, prompts=args.prompts, tokenizer=args.tokenizer, out_dir=out,
             collapse=args.collapse, force=args.force, seed=args.seed, device=args.device, dtype=args.dtype,
             backend=args.backend, n_decode_steps=args.decode_steps, progress=not args.no_progress, sizes=sizes,
-            plots=not args.no_plots,
+            plots=not args.no_plots, config=config, max_seq_len=args.max_seq_len or 1024,
         )
     except CollapseRefusedError as exc:  # the audit was written: its verdict still comes first, on stdout
         if exc.record is not None:
@@ -105,6 +119,7 @@ def _refuse_model_options(args: argparse.Namespace) -> None:
         ("a checkpoint", args.checkpoint is not None), ("--collapse", args.collapse), ("--force", args.force),
         ("--prompts", args.prompts is not None), ("--tokenizer", args.tokenizer is not None),
         ("--decode-steps", args.decode_steps is not None), ("--order-tokens", args.order_tokens is not None),
+        ("--config", args.config is not None), ("--max-seq-len", args.max_seq_len is not None),
     ) if set_]
     if given:
         raise UsageError(f"--operators audits an operator file; {', '.join(given)} belong(s) to a model audit: drop them or --operators")

@@ -179,18 +179,19 @@ def decode_figure(raw: Mapping[str, np.ndarray]) -> Any:
     dotted floor line a decade below the smallest positive value, named in the legend.
     """
     plt = pyplot()
-    eg = raw["epsG_steps"].max(axis=-1)  # [P, T]
-    margin, two_b = raw["margin_steps"], 2 * raw["dlogit_steps"]  # [P, T]
+    eg = raw["epsG_steps"].max(axis=-1)  # [P, max T]; NaN past a prompt's own steps
+    margin, two_b = raw["margin_steps"], 2 * raw["dlogit_steps"]  # [P, max T]
+    n_steps = raw["decode_T"] if "decode_T" in raw else np.full(eg.shape[0], eg.shape[1])
     steps = np.arange(eg.shape[1])
     floors = (_zero_floor(eg), _zero_floor(margin, two_b))
     with plt.rc_context(STYLE):
         fig, (ax0, ax1) = plt.subplots(1, 2, figsize=(7.0, 2.7))
         colours = plt.get_cmap("tab10")
-        for p in range(eg.shape[0]):
-            c = colours(p % 10)
-            ax0.plot(steps, np.where(eg[p] > 0, eg[p], floors[0]), color=c, lw=1.0, marker="o", ms=2)
-            ax1.plot(steps, np.where(margin[p] > 0, margin[p], floors[1]), color=c, lw=1.0)
-            ax1.plot(steps, np.where(two_b[p] > 0, two_b[p], floors[1]), color=c, lw=1.0, ls="--")
+        for p, t in enumerate(int(n) for n in n_steps):
+            c, x = colours(p % 10), steps[:t]
+            ax0.plot(x, np.where(eg[p, :t] > 0, eg[p, :t], floors[0]), color=c, lw=1.0, marker="o", ms=2)
+            ax1.plot(x, np.where(margin[p, :t] > 0, margin[p, :t], floors[1]), color=c, lw=1.0)
+            ax1.plot(x, np.where(two_b[p, :t] > 0, two_b[p, :t], floors[1]), color=c, lw=1.0, ls="--")
         for ax, floor, series in ((ax0, floors[0], eg), (ax1, floors[1], margin)):
             ax.set_xlabel("decoding step")
             if not np.any(series > 0):  # nothing positive to put on a log axis: say so instead

@@ -33,7 +33,13 @@ from ..errors import (
 from ..inputs import load_operator_arrays, sha256_file
 from ..progress import bar as _steps_bar
 from ..progress import progress as _bar
-from ..reference.checkpoint import COLLAPSED_KEY, is_collapsed, load_checkpoint, read_safetensors
+from ..reference.checkpoint import (
+    COLLAPSED_KEY,
+    config_beside,
+    is_collapsed,
+    load_checkpoint,
+    read_safetensors,
+)
 from ..reference.config import PLDRConfig
 from . import model as mdl
 from . import stats as st
@@ -110,7 +116,19 @@ def _interleave_perm(d: int, style: str) -> np.ndarray:
     return perm
 
 
-def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], PLDRConfig, dict[str, Any]]:
+def _out_folder(out_dir: str | os.PathLike[str]) -> Path:
+    """The output folder, refused before any work when the path exists and is not a folder."""
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UsageError(f"the output folder {out} exists and is not a folder: name another (--out)")
+    return out
+
+
+def _resolve_model(checkpoint: Any, seed: int, config: PLDRConfig | None = None,
+                   max_seq_len: int = 1024) -> tuple[dict[str, np.ndarray], PLDRConfig, dict[str, Any]]:
+    if checkpoint is None or isinstance(checkpoint, tuple):
+        if config is not None:
+            raise UsageError("a configuration belongs to a checkpoint file or folder; the built-in or in-memory model has its own")
     if checkpoint is None:
         config = mdl.builtin_config()
         params = mdl.random_params(config, seed)
@@ -121,10 +139,12 @@ def _resolve_model(checkpoint: Any, seed: int) -> tuple[dict[str, np.ndarray], P
     path = Path(checkpoint)
     if is_collapsed(path):
         raise CheckpointError(f"{path} is a collapsed checkpoint (no metric learner): the audit measures the uncollapsed model")
-    params, config = load_checkpoint(path)
+    given = config
+    params, config = load_checkpoint(path, config=given, max_seq_len=max_seq_len)
     files = [path] if path.is_file() else sorted(p for p in path.iterdir() if p.suffix in (".safetensors", ".pth", ".json"))
-    if path.is_file() and path.suffix == ".safetensors" and (path.parent / "config.json").exists():
-        files.append(path.parent / "config.json")
+    beside = config_beside(path, folder=False) if path.is_file() else None
+    if given is None and beside is not None:
+        files.append(beside)
     return params, config, {
         "source": str(path),
         "sha256": {p.name: _sha256_file(p) for p in files},
@@ -308,7 +328,10 @@ def _order_parameter(backend: Any, prompts: list[list[int]], config: PLDRConfig,
 
 
 def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, show: bool) -> tuple[dict[str, np.ndarray], list[list[int]]]:
-    """Greedy KV/G-cached decoding vs recomputation without cache: ε_G, Δlogit, margin, argmax per step."""
+    """Greedy KV/G-cached decoding vs recomputation without cache: ε_G, Δlogit, margin, argmax per step.
+
+    Each prompt decodes ``n_decode_steps`` tokens or as many as its context leaves, so prompts
+    may take different numbers of steps (:func:`_ragged`)."""
     L = config.num_layers
     eg, eh, ea, dl, mg, ac, au, same, conts = [], [], [], [], [], [], [], [], []
     sel = prompts[: sizes.n_decode_prompts]
@@ -334,12 +357,27 @@ def _decode(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: A
         same.append(bool(np.array_equal(toks, toks_kv)))
         conts.append([int(t) for t in toks[0, len(p):]])
     steps.close()
+    n_steps = [len(a) for a in ac]
     return {
-        "epsG_steps": np.asarray(eg), "epsG_head_steps": np.asarray(eh), "epsG_absmax_steps": np.asarray(ea),
-        "dlogit_steps": np.asarray(dl), "margin_steps": np.asarray(mg),
-        "argmax_cached": np.asarray(ac), "argmax_uncached": np.asarray(au),
+        "decode_T": np.asarray(n_steps),
+        "epsG_steps": _ragged(eg, np.nan), "epsG_head_steps": _ragged(eh, np.nan), "epsG_absmax_steps": _ragged(ea, np.nan),
+        "dlogit_steps": _ragged(dl, np.nan), "margin_steps": _ragged(mg, np.nan),
+        "argmax_cached": _ragged(ac, -1), "argmax_uncached": _ragged(au, -1),
         "kv_kvg_same": np.asarray(same),
     }, conts
+
+
+def _ragged(rows: list[Any], fill: float) -> np.ndarray:
+    """Per-prompt step arrays [T_p, ...] as one array [P, max T_p, ...], the steps a prompt did
+    not take set to ``fill`` (a prompt near the end of the context has fewer steps: ``decode_T``
+    holds each prompt's count)."""
+    rows = [np.asarray(r) for r in rows]
+    t_max = max(len(r) for r in rows)
+    dtype = np.result_type(*rows, np.asarray(fill))
+    out = np.full((len(rows), t_max, *rows[0].shape[1:]), fill, dtype=dtype)
+    for i, r in enumerate(rows):
+        out[i, : len(r)] = r
+    return out
 
 
 def _context_probe(backend: Any, config: PLDRConfig, sizes: AuditSizes, seed: int) -> dict[str, np.ndarray]:
@@ -357,6 +395,26 @@ def _context_probe(backend: Any, config: PLDRConfig, sizes: AuditSizes, seed: in
     except NonFiniteError:
         g = np.full(shape, np.nan)
     return {"context_probe_G": g, "context_probe_ids": ids}
+
+
+def _padding_probe(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, show: bool) -> dict[str, np.ndarray]:
+    """G_LM [P, 2, L, H, d, d] of every prompt padded with ``sizes.o3_pad_len`` ids 0 on the right
+    (index 0) and on the left (index 1), as far as the context allows. G_LM is built over every
+    query row, padding included, so a padded batch can meet another operator than its prompts;
+    a collapse must hold there too. A padded forward that overflows is recorded as NaN."""
+    shape = (config.num_layers, config.num_heads, config.depth, config.depth)
+    out = []
+    for p in _bar(prompts, "padding probe", show=show):
+        pad = [0] * min(sizes.o3_pad_len, config.max_seq_len - len(p))
+        sides = []
+        for row in (p + pad, pad + p):
+            try:
+                f = backend.forward(np.asarray([row]), last_only=True)
+                sides.append(np.stack([f.deductive[li]["G_LM"][0] for li in range(config.num_layers)]))  # [L, H, d, d]
+            except NonFiniteError:
+                sides.append(np.full(shape, np.nan))
+        out.append(np.stack(sides))
+    return {"padding_probe_G": np.stack(out)}
 
 
 def _online(backend: Any, prompts: list[list[int]], config: PLDRConfig, sizes: AuditSizes, seed: int, show: bool) -> dict[str, np.ndarray]:
@@ -487,6 +545,8 @@ def run_audit(
     sizes: AuditSizes | None = None,
     plots: bool = True,
     force: bool = False,
+    config: PLDRConfig | None = None,
+    max_seq_len: int = 1024,
 ) -> dict[str, Any]:
     """Audit a PLDR-LLM; write ``audit.json``, ``audit_raw.npz``, ``summary.md`` and plots to ``out_dir``.
 
@@ -494,6 +554,8 @@ def run_audit(
     None for the built-in small model (seeded random weights). ``prompts``: token-id lists,
     strings (need ``tokenizer``, a SentencePiece ``.model`` path), or a prompt file (.npy,
     .json, text); None for the default set. ``sizes``: the published protocol by default.
+    ``config``: the configuration of a checkpoint file or folder (default: its ``config.json``,
+    else inferred from the tensor shapes with the context ``max_seq_len``).
     ``collapse``: also write ``out_dir/collapsed`` — only when the verdict is "collapsed",
     unless ``force``; otherwise the audit is written and :class:`plga.errors.CollapseRefusedError` raised.
     Returns the audit record (the JSON content); its ``verdict`` comes first.
@@ -506,8 +568,8 @@ def run_audit(
         sizes = dataclasses.replace(sizes, n_decode_steps=n_decode_steps)
     if dtype not in ("float64", "float32"):
         raise UsageError(f"dtype must be float64 or float32, got {dtype!r}")
-    out = Path(out_dir)
-    params, config, model_meta = _resolve_model(checkpoint, seed)
+    out = _out_folder(out_dir)
+    params, config, model_meta = _resolve_model(checkpoint, seed, config, max_seq_len)
     prompt_ids, texts, eos = _resolve_prompts(prompts, tokenizer, config)
     be = make_backend(backend, params, config, device=device, dtype=dtype)
     timings: dict[str, float] = {}
@@ -527,6 +589,7 @@ def run_audit(
     raw.update(dec_raw)
     raw.update(timed("online", _online, be, prompt_ids, config, sizes, seed, progress))
     raw.update(timed("context_probe", _context_probe, be, config, sizes, seed))
+    raw.update(timed("padding_probe", _padding_probe, be, prompt_ids, config, sizes, progress))
     v = verdict(summarize(raw))
     refused = collapse and v["verdict"] != COLLAPSED and not force
     collapse_meta: dict[str, Any] | None = None
@@ -603,6 +666,8 @@ def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1
         g = g[None]
     if g.ndim != 4 or g.shape[-1] != g.shape[-2]:
         raise DataFileError(f"operators must have shape [layers, heads, d, d], got {g.shape}")
+    if g.shape[-1] % 2:
+        raise DataFileError(f"operators of size d = {g.shape[-1]}: RoPE rotates coordinate pairs, so d must be even")
     sv, bad = st.svdvals(g)
     per = {
         "commutant_residual": st.commutant_residual(g, base),
@@ -610,7 +675,7 @@ def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1
         "s2_over_s1": st.s2_over_s1(sv),
         "condition_number": st.condition_number(sv),
         "symmetry_defect": st.symmetry_defect(g),
-        "frobenius": np.linalg.norm(g, axis=(-2, -1)),
+        "frobenius": st.frobenius(g),
         "entry_min": g.min(axis=(-2, -1)),
         "entry_max": g.max(axis=(-2, -1)),
         "G00": g[..., 0, 0],
@@ -637,13 +702,14 @@ def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1
 def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], key: str | None = None, plots: bool = True) -> dict[str, Any]:
     """``plga audit --operators FILE.npz``: audit every [L, H, d, d] array (or ``key``) of the file."""
     path = Path(path)
+    _out_folder(out_dir)
     arrays = load_operator_arrays(path, key)  # regular files only; shapes and sizes checked before reading
     for name, a in arrays.items():  # as a model's G_LM: non-finite operators have no spectrum or structure to audit
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
         if bad:
             raise DataFileError(f"operator file {path}: array {name!r} holds {bad} non-finite values (NaN or ±inf); "
                                 "an operator audit needs finite operators")
-    out = Path(out_dir)
+    out = _out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "plga_audit_version": 1, "kind": "operators", "source": str(path), "sha256": _sha256_file(path),

@@ -33,6 +33,25 @@ def _f64(x: Any) -> Array:
     return np.asarray(x, dtype=np.float64)
 
 
+def _largest(*xs: Array, axes: tuple[int, ...]) -> Array:
+    """The largest |entry| of the arrays over ``axes`` (kept as size-1 axes); 1 where it is 0 or not finite."""
+    with np.errstate(invalid="ignore"):
+        big = np.max([np.max(np.abs(x), axis=axes, keepdims=True) for x in xs], axis=0)
+    return np.where(np.isfinite(big) & (big > 0), big, 1.0)
+
+
+def _scaled(*arrays: Any, axes: tuple[int, ...] = (-2, -1)) -> list[Array]:
+    """The arrays (broadcast together) divided by their common largest |entry| over ``axes``.
+
+    A ratio of norms does not change, but squares of entries near the float64 range (a G_LM of
+    1e188 is finite; its square is not) no longer overflow. Where that largest entry is 0 or not
+    finite the arrays are left as they are, so a NaN or an infinity still shows.
+    """
+    xs = np.broadcast_arrays(*(_f64(a) for a in arrays))
+    big = _largest(*xs, axes=axes)
+    return [x / big for x in xs]
+
+
 def rms(x: Any) -> float:
     """Root mean square √mean(x²) of all entries (0 for an empty array)."""
     x = _f64(x)
@@ -64,6 +83,7 @@ def order_pair(x1: Any, x2: Any) -> tuple[float, float]:
     x1, x2 = _f64(x1), _f64(x2)
     if x1.shape != x2.shape:
         raise ValueError(f"order_pair needs equal shapes, got {x1.shape} and {x2.shape}")
+    x1, x2 = _scaled(x1, x2, axes=tuple(range(x1.ndim)))  # both normalizations are ratios
     num = rms(x1 - x2)
     if num == 0.0:
         return 0.0, 0.0
@@ -206,7 +226,7 @@ def commutant_residual(g: Any, base: float = 10000.0) -> Array:
     Π_comm keeps the entries of U_c* G U_c with equal eigenfrequencies (the RoPE commutant;
     nonresonant spectrum). 0 for a matrix commuting with every rotation; a zero matrix gives 0.
     """
-    g = _f64(g)
+    (g,) = _scaled(g)
     u, omega = rope_eigenbasis(g.shape[-1], base)
     e = freq_energy(g, u)
     off = ~commutant_mask(omega)
@@ -221,7 +241,7 @@ def rope_commutator_rel(g: Any, position: float, base: float = 10000.0) -> Array
     The per-position form of the commutant residual max_p ‖GR(p) − R(p)G‖/‖G‖; the
     audit reports it at fixed positions (its maximum over p ≤ S is bounded by 2·residual·√2).
     """
-    g = _f64(g)
+    (g,) = _scaled(g)
     r = rope_rotation(position, g.shape[-1], base)
     num = np.linalg.norm(g @ r - r @ g, axis=(-2, -1))
     den = np.linalg.norm(g, axis=(-2, -1))
@@ -316,11 +336,13 @@ def eps_g(g_uncached: Any, g_cached: Any) -> tuple[Array, Array]:
     ``epsG_absmax`` = max |G_u − G_prompt|, per step and layer.
     """
     gu, gc = _f64(g_uncached), _f64(g_cached)
+    absmax = np.max(np.abs(gu - gc), axis=(-3, -2, -1))
+    gu, gc = _scaled(gu, gc, axes=(-3, -2, -1))
     diff = gu - gc
     num = np.sqrt(np.mean(diff * diff, axis=(-3, -2, -1)))
     den = np.sqrt(np.mean(gu * gu, axis=(-3, -2, -1)))
     rel = np.divide(num, den, out=np.where(num > 0, np.inf, 0.0), where=den > 0)
-    return rel, np.max(np.abs(diff), axis=(-3, -2, -1))
+    return rel, absmax
 
 
 def eps_g_per_operator(g_uncached: Any, g_cached: Any) -> Array:
@@ -330,7 +352,7 @@ def eps_g_per_operator(g_uncached: Any, g_cached: Any) -> Array:
     in full (the published ε_G pools the heads of a layer, where it is diluted). The larger
     norm as denominator keeps it finite (≤ 2) when one of the two is 0; 0 when both are.
     """
-    gu, gc = _f64(g_uncached), _f64(g_cached)
+    gu, gc = _scaled(g_uncached, g_cached)
     num = np.sqrt(np.mean((gu - gc) ** 2, axis=(-2, -1)))
     den = np.maximum(np.sqrt(np.mean(gu * gu, axis=(-2, -1))), np.sqrt(np.mean(gc * gc, axis=(-2, -1))))
     return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
@@ -364,20 +386,37 @@ def dag_loss(m: Any) -> Array:
     From the eigenvalues λ of N = M ⊙ M: |m + log Σ e^{λ_i − m} − log d| with m = max Re λ,
     the real part taken after summing. DL(I₅) = 1; a strictly triangular M gives 0.
     """
-    n = _f64(m) ** 2
+    n = _squares(m)
     d = n.shape[-1]
-    lam = np.linalg.eigvals(n)
+    lam = np.linalg.eigvals(np.where(_nonfinite(n)[..., None, None], 0.0, n))
     shift = np.max(lam.real, axis=-1, keepdims=True)
     total = np.sum(np.exp(lam - shift), axis=-1).real
-    return np.abs(shift[..., 0] + np.log(total) - math.log(d))
+    return _where_nonfinite(n, np.abs(shift[..., 0] + np.log(total) - math.log(d)))
+
+
+def _squares(m: Any) -> Array:
+    """M ⊙ M; an entry past √(float64 max) squares to +∞."""
+    with np.errstate(over="ignore"):
+        return _f64(m) ** 2
+
+
+def _nonfinite(n: Array) -> Array:
+    return ~np.all(np.isfinite(n), axis=(-2, -1))
+
+
+def _where_nonfinite(n: Array, value: Array) -> Array:
+    """``value`` per matrix, +∞ where N = M ⊙ M overflowed (tr e^N is then beyond float64) and
+    NaN where M held a NaN."""
+    has_nan = np.any(np.isnan(n), axis=(-2, -1))
+    return np.where(has_nan, np.nan, np.where(_nonfinite(n), np.inf, value))
 
 
 def notears_h(m: Any) -> Array:
     """NOTEARS obstruction h(M) = tr e^{M⊙M} − d (may overflow to +∞ for large M; diagnostic only)."""
-    n = _f64(m) ** 2
-    lam = np.linalg.eigvals(n)
+    n = _squares(m)
+    lam = np.linalg.eigvals(np.where(_nonfinite(n)[..., None, None], 0.0, n))
     with np.errstate(over="ignore"):
-        return np.sum(np.exp(lam), axis=-1).real - n.shape[-1]
+        return _where_nonfinite(n, np.sum(np.exp(lam), axis=-1).real - n.shape[-1])
 
 
 # --- ε-LayerNorm scale error ---------------------------------------------------------------------
@@ -418,9 +457,10 @@ def ln_scale_error(d_rows: Any, s: int, eps: float = LN_EPS) -> dict[str, Array]
 def delta_stats(a: Any, b: Any) -> dict[str, float | int]:
     """Published ``delta_stats``: max_abs, l2, nonzero and entries of a − b in float64."""
     diff = _f64(a) - _f64(b)
+    big = float(_largest(diff, axes=tuple(range(diff.ndim))).ravel()[0]) if diff.size else 1.0  # the norm's squares stay finite
     return {
         "max_abs": float(np.max(np.abs(diff))) if diff.size else 0.0,
-        "l2": float(np.linalg.norm(diff.ravel())),
+        "l2": big * float(np.linalg.norm(diff.ravel() / big)),
         "nonzero": int(np.count_nonzero(diff)),
         "entries": int(diff.size),
     }
@@ -436,9 +476,16 @@ def log_softmax(x: Any) -> Array:
 # --- Constant-operator audit ----------------------------------------------------------------------
 
 
+def frobenius(g: Any) -> Array:
+    """‖G‖_F over the last two axes, finite for every finite G (scaled by its largest entry first)."""
+    g = _f64(g)
+    big = _largest(g, axes=(-2, -1))
+    return big[..., 0, 0] * np.linalg.norm(g / big, axis=(-2, -1))
+
+
 def symmetry_defect(g: Any) -> Array:
     """‖G − Gᵀ‖_F / ‖G‖_F over the last two axes (0 for symmetric G, √2 for antisymmetric)."""
-    g = _f64(g)
+    (g,) = _scaled(g)
     num = np.linalg.norm(g - np.swapaxes(g, -1, -2), axis=(-2, -1))
     den = np.linalg.norm(g, axis=(-2, -1))
     return np.divide(num, den, out=np.zeros_like(num), where=den > 0)
@@ -458,7 +505,7 @@ def spread(gs: Any, axis: int = 0) -> tuple[Array, Array]:
 def relative_deviation(g: Any, ref: Any) -> Array:
     """‖G − ref‖_F / ‖ref‖_F over the last two axes (broadcasting): +∞ where ref is 0 and G is
     not, NaN where G is NaN (an overflowed probe)."""
-    g, ref = _f64(g), _f64(ref)
+    g, ref = _scaled(g, ref)
     dev = np.linalg.norm(g - ref, axis=(-2, -1))
     den = np.broadcast_to(np.linalg.norm(ref, axis=(-2, -1)), dev.shape)
     with np.errstate(invalid="ignore"):

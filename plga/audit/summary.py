@@ -62,27 +62,28 @@ def _twirl(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
 
 
 def _decode(raw: Mapping[str, np.ndarray]) -> list[dict[str, Any]]:
-    eg, ea = raw["epsG_steps"], raw["epsG_absmax_steps"]
-    dl, mg = raw["dlogit_steps"], raw["margin_steps"]
-    ac, au = raw["argmax_cached"], raw["argmax_uncached"]
+    dl = raw["dlogit_steps"]  # [P, max T, ...]: prompt p took its first decode_T[p] steps
+    n_steps = raw["decode_T"] if "decode_T" in raw else np.full(dl.shape[0], dl.shape[1])
     out = []
-    for p in range(dl.shape[0]):
-        max_dl, min_mg = float(dl[p].max()), float(mg[p].min())
+    for p, t in enumerate(int(n) for n in n_steps):
+        eg, ea, dl, mg = (raw[k][p, :t] for k in ("epsG_steps", "epsG_absmax_steps", "dlogit_steps", "margin_steps"))
+        ac, au = raw["argmax_cached"][p, :t], raw["argmax_uncached"][p, :t]
+        max_dl, min_mg = float(dl.max()), float(mg.min())
         out.append({
-            "T": int(dl.shape[1]),
+            "T": t,
             "min_margin": min_mg,
-            "median_margin": float(np.median(mg[p])),
+            "median_margin": float(np.median(mg)),
             "max_dlogit": max_dl,
-            "median_dlogit": float(np.median(dl[p])),
-            "argmax_agree": bool(np.all(ac[p] == au[p])),
-            "n_disagree": int(np.sum(ac[p] != au[p])),
+            "median_dlogit": float(np.median(dl)),
+            "argmax_agree": bool(np.all(ac == au)),
+            "n_disagree": int(np.sum(ac != au)),
             "margin_criterion_2B": st.margin_ok(max_dl, min_mg),
-            "epsG_rel_rms_max_over_steps": float(eg[p].max()),
-            "epsG_absmax_over_steps": float(ea[p].max()),
+            "epsG_rel_rms_max_over_steps": float(eg.max()),
+            "epsG_absmax_over_steps": float(ea.max()),
             "kv_equals_kvg": bool(raw["kv_kvg_same"][p]),
         })
         if "epsG_head_steps" in raw:  # one ε_G per (layer, head) operator, max over steps and operators
-            out[-1]["epsG_per_operator_max_over_steps"] = float(raw["epsG_head_steps"][p].max())
+            out[-1]["epsG_per_operator_max_over_steps"] = float(raw["epsG_head_steps"][p, :t].max())
     return out
 
 
@@ -165,6 +166,12 @@ def summarize(raw: Mapping[str, np.ndarray]) -> dict[str, Any]:
         s["G_LM_context_probe"] = {**st.min_median_max(dev), "length": int(raw["context_probe_ids"].shape[1]),
                                    "label": "|G(probe) - mean G(prompts)|_F / |mean G(prompts)|_F per (layer, head); "
                                             "the probe: seeded random ids as long as the context"}
+    if "padding_probe_G" in raw and "G_LM" in raw:
+        mean = raw["G_LM"].mean(axis=0)  # [L, H, d, d]
+        dev = st.relative_deviation(raw["padding_probe_G"], mean[None, None])  # [P, 2 sides, L, H]
+        s["G_LM_padding_probe"] = {**st.min_median_max(dev), "right": st.min_median_max(dev[:, 0]), "left": st.min_median_max(dev[:, 1]),
+                                   "label": "|G(padded prompt) - mean G(prompts)|_F / |mean G(prompts)|_F per (layer, head); "
+                                            "every prompt padded with id 0 on the right and on the left"}
     if "glm_comm_res" in raw:
         cr = raw["glm_comm_res"]
         s["glm_commutant_residual"] = {"all": st.min_median_max(cr), "per_layer": _per_layer(cr)}

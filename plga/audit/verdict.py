@@ -3,7 +3,7 @@
 One rule, one set of thresholds (:data:`THRESHOLDS`), applied to the summary
 (:func:`plga.audit.summarize`); ``docs/audit.md`` ("The verdict") states it in words.
 
-The deciding figure is the **G deviation** g = max of four relative deviations of G_LM, each
+The deciding figure is the **G deviation** g = max of five relative deviations of G_LM, each
 a ratio of RMS or Frobenius norms, so all are on one scale:
 
 * the order parameter of G_LM between two sampled continuations of a prompt (rms
@@ -13,7 +13,10 @@ a ratio of RMS or Frobenius norms, so all are on one scale:
 * the spread of G_LM across the prompts, max_x ‖G(x) − mean G‖_F / ‖mean G‖_F, max over
   layers and heads (needs two prompts or more);
 * the context probe: the same deviation for G_LM of one sequence of random ids as long as the
-  context, from the prompts' mean G (the prompts reach only a few dozen positions).
+  context, from the prompts' mean G (the prompts reach only a few dozen positions);
+* the padding probe: the same deviation for G_LM of prompts padded with id 0 on the right
+  and on the left, from the prompts' mean G (G_LM is built over every query row, padding
+  included, so a collapse must also hold for padded batches).
 
 Then, with the decoding checks (argmax of cached vs recomputed logits at every step; the
 sufficient criterion 2B < margin per prompt):
@@ -23,7 +26,8 @@ sufficient criterion 2B < margin per prompt):
 * **not collapsed** — g > ``not_collapsed_above``, or g > ``collapsed_at_most`` and caching
   changed an argmax;
 * **inconclusive** — anything else (g between the thresholds; a collapsed G whose decoding
-  is not certified by 2B < margin or changed an argmax; a non-finite figure).
+  is not certified by 2B < margin or changed an argmax; a non-finite figure, unless a finite
+  one already decides "not collapsed").
 """
 
 from __future__ import annotations
@@ -66,13 +70,24 @@ def threshold_text(x: float) -> str:
 
 
 def _max(values: list[Any]) -> float | None:
+    """The largest of the measured values (None where none was measured); NaN when any is NaN.
+
+    Python's ``max`` drops a NaN unless it comes first, which would let an overflowed probe
+    read as a small deviation."""
     vals = [float(v) for v in values if v is not None]
-    return max(vals) if vals else None
+    if not vals:
+        return None
+    return math.nan if any(math.isnan(v) for v in vals) else max(vals)
 
 
 def _num(x: Any) -> float:
     """A summary number as float (``jsonable`` writes non-finite values as "inf", "nan": float() reads them)."""
     return float(x)
+
+
+#: The figures whose maximum is the G deviation, with the names the reasons use.
+DEVIATION_FIGURES = {"G_order_parameter": "order parameter", "epsG": "ε_G", "G_spread": "spread across prompts",
+                     "G_context": "context probe", "G_padding": "padding probe"}
 
 
 def figures(summary: Mapping[str, Any]) -> dict[str, Any]:
@@ -88,36 +103,51 @@ def figures(summary: Mapping[str, Any]) -> dict[str, Any]:
     dec = summary.get("decode", [])
     spread = summary.get("G_LM_spread")
     eps = [_num(d[k]) for d in dec for k in ("epsG_rel_rms_max_over_steps", "epsG_per_operator_max_over_steps") if k in d]
+    probe = {name: _num(summary[key]["max"]) if key in summary else None
+             for name, key in (("G_context", "G_LM_context_probe"), ("G_padding", "G_LM_padding_probe"))}
     f = {
         "G_order_parameter": _max([_num(o["max"]) for o in ops]),
         "epsG": _max(eps),
         "G_spread": _num(spread["max"]) if spread else None,
-        "G_context": _num(summary["G_LM_context_probe"]["max"]) if "G_LM_context_probe" in summary else None,
+        **probe,
         "argmax_disagreements": sum(int(d["n_disagree"]) for d in dec),
         "decoding_steps": sum(int(d["T"]) for d in dec),
         "margin_criterion_prompts": sum(bool(d["margin_criterion_2B"]) for d in dec),
         "prompts_decoded": len(dec),
     }
-    f["G_deviation"] = _max([f["G_order_parameter"], f["epsG"], f["G_spread"], f["G_context"]])
+    f["G_deviation"] = _max([f[k] for k in DEVIATION_FIGURES])
     return f
 
 
 def verdict(summary: Mapping[str, Any], thresholds: Thresholds = THRESHOLDS) -> dict[str, Any]:
-    """``{"verdict", "reasons", "figures", "thresholds"}`` by the rule of the module docstring."""
+    """``{"verdict", "reasons", "figures", "thresholds"}`` by the rule of the module docstring.
+
+    A finite figure above the thresholds decides "not collapsed" even where another figure is
+    NaN or infinite (an overflowed probe does not undo a measured deviation); otherwise a
+    non-finite figure leaves the verdict inconclusive, never collapsed.
+    """
     f = figures(summary)
     lo, hi = thresholds.collapsed_at_most, thresholds.not_collapsed_above
     g = f["G_deviation"]
+    measured = [f[k] for k in DEVIATION_FIGURES if f[k] is not None]
+    finite = [x for x in measured if math.isfinite(x)]
+    g_finite = max(finite) if finite else None
+    unmeasurable = [name for k, name in DEVIATION_FIGURES.items() if f[k] is not None and not math.isfinite(f[k])]
     flips = f["argmax_disagreements"]
     certified = f["margin_criterion_prompts"] == f["prompts_decoded"]
     reasons: list[str] = []
-    if g is None or not math.isfinite(g):
-        result = INCONCLUSIVE
-        reasons.append("the G deviation was not measured or is not finite")
-    elif g > hi or (g > lo and flips):
+    if g_finite is not None and (g_finite > hi or (g_finite > lo and flips)):
         result = NOT_COLLAPSED
-        reasons.append(f"G_LM changes with the input: G deviation {g:.3g} > {threshold_text(hi if g > hi else lo)}")
+        reasons.append(f"G_LM changes with the input: G deviation {g_finite:.3g} > {threshold_text(hi if g_finite > hi else lo)}")
         if flips:
             reasons.append(f"cached decoding changed the argmax at {flips} of {f['decoding_steps']} steps")
+    elif g is None:
+        result = INCONCLUSIVE
+        reasons.append("the G deviation was not measured")
+    elif unmeasurable:
+        result = INCONCLUSIVE
+        reasons.append(f"the {', '.join(unmeasurable)} {'is' if len(unmeasurable) == 1 else 'are'} not finite "
+                       "(G_LM overflowed there): the G deviation is undecided")
     elif g > lo:
         result = INCONCLUSIVE
         reasons.append(f"G deviation {g:.3g} lies between {threshold_text(lo)} (collapsed) and {threshold_text(hi)} (not collapsed)")
@@ -135,13 +165,12 @@ def one_line(v: Mapping[str, Any]) -> str:
     """The verdict as one line: the verdict, then its reasons and the three G figures."""
     f = v["figures"]
 
-    def fmt(x: Any) -> str:
-        return "n/a" if x is None else f"{x:.3g}"
+    def fmt(x: Any) -> str:  # a record read back from JSON holds "nan", "inf" as strings
+        return "n/a" if x is None else f"{float(x):.3g}"
 
-    return (f"{v['verdict']}: " + "; ".join(v["reasons"])
-            + f" (order parameter {fmt(f['G_order_parameter'])}, ε_G {fmt(f['epsG'])}, spread across prompts {fmt(f['G_spread'])}, "
-               f"context probe {fmt(f.get('G_context'))})")
+    shown = ", ".join(f"{name} {fmt(f.get(k))}" for k, name in DEVIATION_FIGURES.items())
+    return f"{v['verdict']}: " + "; ".join(v["reasons"]) + f" ({shown})"
 
 
-__all__ = ["COLLAPSED", "INCONCLUSIVE", "NOT_COLLAPSED", "THRESHOLDS", "VERDICTS", "Thresholds", "figures", "one_line", "threshold_text",
+__all__ = ["COLLAPSED", "DEVIATION_FIGURES", "INCONCLUSIVE", "NOT_COLLAPSED", "THRESHOLDS", "VERDICTS", "Thresholds", "figures", "one_line", "threshold_text",
            "verdict"]

@@ -9,7 +9,15 @@ test catches the old behaviour.
   ~1e-8 (collapsed); per operator it is O(1);
 * **moves past a length** — layer 0's G_LM is one operator (to float64 rounding) for inputs of
   12 to 100 tokens and another past ~110: only the context probe, a sequence as long as the
-  context, reaches it.
+  context, reaches it;
+* **overflows past a length** — the same, with a power stage that overflows once the gate opens:
+  the probe's NaN must leave the verdict inconclusive (Python's ``max`` dropped it: collapsed);
+* **huge but finite G** — entries ~1e188 that move O(1) with the input: every figure is a ratio,
+  so the verdict is "not collapsed" (squares overflowed: a crash in the DAG loss);
+* **moves only with padding** — G_LM one operator on every unpadded sequence, another when id 0
+  pads it (G_LM sums over every query row, padding included): the padding probe must see it;
+* **prompts near the end of the context** — prompts that leave different room for decoding
+  (one array per prompt's steps crashed the audit).
 
 Each construction is checked on the reference decoder first, independently of the audit.
 """
@@ -28,13 +36,13 @@ from plga.audit.cli import add_audit_arguments, audit_main
 from plga.audit.model import random_params
 from plga.audit.summary import coverage_line
 from plga.audit.verdict import COLLAPSED, INCONCLUSIVE, NOT_COLLAPSED, verdict
+from plga.errors import NonFiniteError
 from plga.reference import decoder as dec
 from plga.reference.config import PLDRConfig
 
-from .tiny import CONFIG, PLGA, SIZES, power_stage_w_zero
+from .tiny import CONFIG, MHA, PLGA, SIZES, moves_past, power_stage_w_zero
 
 PROMPTS = [[5, 9, 17, 21, 30, 8], [40, 12, 7, 7, 19, 33, 50, 4]]
-MHA = "decoder.dec_layers.{}.mha1."
 
 
 def _audit(params, config, tmp_path, prompts=PROMPTS, sizes=SIZES):
@@ -115,8 +123,10 @@ def test_one_moving_head_is_not_diluted_by_its_layer(tmp_path):
     rec = _audit(params, CONFIG, tmp_path, prompts=PROMPTS[:1], sizes=sizes)
     assert rec["verdict"]["verdict"] == NOT_COLLAPSED, rec["verdict"]
     assert rec["verdict"]["figures"]["G_spread"] is None and rec["verdict"]["figures"]["G_context"] is None
-    # negative control: the same summary without the per-operator figures (the layer-pooled ones decide)
+    # negative control: the same summary without the per-operator figures (the layer-pooled ones decide;
+    # the padding probe, per operator too, goes with them)
     s = json.loads(json.dumps(rec["summary"]))
+    s.pop("G_LM_padding_probe")
     s["order_parameter"]["GLM"].pop("rms_per_operator")
     for d in s["decode"]:
         d.pop("epsG_per_operator_max_over_steps")
@@ -126,52 +136,9 @@ def test_one_moving_head_is_not_diluted_by_its_layer(tmp_path):
 # --- moves only past position N ---------------------------------------------------------------
 
 
-def _moves_past(n: int, config: PLDRConfig) -> dict[str, np.ndarray]:
-    """Layer 0: q is the same row at every position (wq = 0, a bias in the slowest RoPE pair), so
-    D and G_LM depend on the length S only; its one residual unit cancels its input exactly and
-    adds a gate silu(K (LN(D)[15] − t)) that switches on near length n (for n = 150: one G_LM,
-    to float64 rounding, from 12 to 100 tokens; another past ~110). Layer 1: collapsed
-    (metric-learner LayerNorm γ = 0)."""
-    d = config.depth
-    p = random_params(config, seed=3)
-    m0 = MHA.format(0)
-    p[m0 + "wq.weight"] = np.zeros_like(p[m0 + "wq.weight"])
-    bq = np.zeros(config.d_model, np.float32)
-    bq[d - 2] = bq[2 * d - 2] = 1.0
-    p[m0 + "wq.bias"] = bq
-    p[m0 + "layernorm1.weight"] = np.ones_like(p[m0 + "layernorm1.weight"])
-    p[m0 + "layernorm1.bias"] = np.zeros_like(p[m0 + "layernorm1.bias"])
-
-    def ln15(s: int) -> float:  # LN(D) row 14, entry 15, of a length-s input
-        th = config.rope_base ** (-(d - 2) / d)
-        x = np.arange(s) * th
-        r = np.zeros(d)
-        r[d - 2], r[d - 1] = np.sum(np.cos(x) ** 2), np.sum(np.cos(x) * np.sin(x))
-        return float((r[d - 1] - r.mean()) / np.sqrt(r.var() + 1e-6))
-
-    t = ln15(n)
-    k = 800.0 / (ln15(n) - ln15(int(n * 0.9)))
-    a = config.A_dff
-    w1, b1, w2 = np.zeros((a, d)), np.zeros(a), np.zeros((a, d))
-    b2, w3 = np.zeros(a), np.zeros((d, a))
-    rng = np.random.default_rng(3)
-    b3 = rng.normal(size=d)
-    for j in range(d):  # silu(64)·x_j·(−1/64) = −x_j: the unit's residual cancels
-        b1[j], w2[j, j], w3[j, j] = 64.0, 1.0, -1.0 / 64
-    for j in range(d, a):  # the gate: exactly 0 while LN(D)[15] < t
-        w1[j, d - 1], b1[j], b2[j] = k, -k * t, 1.0
-        w3[:, j] = rng.normal(size=d)
-    u = m0 + "reslayerAs.0.denseAs.0."
-    for name, v in (("gluw1.weight", w1), ("gluw1.bias", b1), ("gluw2.weight", w2), ("gluw2.bias", b2),
-                    ("gluw3.weight", w3), ("gluw3.bias", b3)):
-        p[u + name] = v.astype(np.float32)
-    p[MHA.format(1) + "layernorm1.weight"] = np.zeros_like(p[MHA.format(1) + "layernorm1.weight"])
-    return p
-
-
 def test_context_probe_reaches_what_the_prompts_do_not(tmp_path):
     config = dataclasses.replace(CONFIG, A_dff=24, num_reslayerA=1, num_denseA=1, max_seq_len=256)
-    params = _moves_past(150, config)
+    params = moves_past(150, config)
     ids = lambda s: [4 + i % 60 for i in range(s)]  # noqa: E731
     plateau = [_g(params, config, ids(s)) for s in (12, 30, 60, 100)]
     assert all(np.linalg.norm(g - plateau[0]) <= 1e-12 * np.linalg.norm(plateau[0]) for g in plateau), "one G from 12 to 100 tokens"
@@ -185,6 +152,130 @@ def test_context_probe_reaches_what_the_prompts_do_not(tmp_path):
     off = _audit(params, config, tmp_path / "off", prompts=prompts, sizes=dataclasses.replace(SIZES, context_probe_len=0))
     assert 12 <= off["coverage"]["longest_sequence"] <= 100
     assert off["verdict"]["verdict"] == COLLAPSED
+
+
+def test_a_probe_that_overflows_leaves_the_verdict_open(tmp_path):
+    config = dataclasses.replace(CONFIG, A_dff=24, num_reslayerA=1, num_denseA=1, max_seq_len=256)
+    params = moves_past(150, config)
+    ids = lambda s: [4 + i % 60 for i in range(s)]  # noqa: E731
+    f = dec.forward(dec.to_backend(params), config, np.asarray([ids(20)]))
+    a_plateau = f.deductive[0]["A"][0]  # [H, d, d] the generator A on the plateau
+    eye = np.broadcast_to(np.eye(config.depth), a_plateau.shape)
+    params[PLGA.format(0) + "Wlst"] = (100.0 * eye).astype(np.float32)  # u = 100 A + b = 1 on the plateau ...
+    params[PLGA.format(0) + "blst"] = (1.0 - 100.0 * a_plateau).astype(np.float32)
+    params[PLGA.format(0) + "pwlst"] = np.full(a_plateau.shape, 1000.0, np.float32)  # ... and A_P = σ(u)^1000 overflows off it
+    assert np.isfinite(_g(params, config, ids(100))).all()
+    with pytest.raises(NonFiniteError):
+        _g(params, config, ids(256))
+    prompts = [ids(12), [7, 19, 33, 50, 4, 40, 12, 7, 7, 19, 33, 50, 9, 11]]
+    rec = _audit(params, config, tmp_path / "probe", prompts=prompts)
+    v = rec["verdict"]
+    assert v["verdict"] == INCONCLUSIVE and "context probe is not finite" in v["reasons"][0], v
+    assert v["figures"]["G_deviation"] == "nan" and max(float(v["figures"][k]) for k in ("G_order_parameter", "epsG", "G_spread")) < 1e-12
+    assert _cli([*_model_args(params, config, tmp_path), "--out", str(tmp_path / "cli"), "--collapse"]) == 2, "--collapse refused"
+    # negative control: the same summary read by a maximum that drops a NaN not in first place
+    s = json.loads(json.dumps(rec["summary"]))
+    s["G_LM_context_probe"]["max"] = 0.0
+    assert verdict(s)["verdict"] == COLLAPSED
+
+
+def _model_args(params, config, tmp_path) -> list[str]:
+    """A checkpoint folder (safetensors + config.json) of ``params`` for the command line."""
+    from plga.reference.checkpoint import save_safetensors
+
+    folder = tmp_path / "model"
+    if not folder.exists():
+        save_safetensors(params, config, folder)
+    return [str(folder), "--prompts", str(_prompt_file(tmp_path)), "--quick", "--no-progress", "--no-plots"]
+
+
+def _prompt_file(tmp_path):
+    path = tmp_path / "prompts.json"
+    path.write_text(json.dumps([[4 + i % 60 for i in range(12)], [7, 19, 33, 50, 4, 40, 12, 7, 7, 19, 33, 50, 9, 11]]))
+    return path
+
+
+def test_huge_but_finite_operators_are_measured(tmp_path):
+    params = random_params(CONFIG, seed=3)
+    for i in range(CONFIG.num_layers):  # A_P = σ(...)·... ^ 80 with b = 10: |G| ~ 1e188, finite, moving with the input
+        params[PLGA.format(i) + "blst"] = np.full_like(params[PLGA.format(i) + "blst"], 10.0)
+        params[PLGA.format(i) + "pwlst"] = np.full_like(params[PLGA.format(i) + "pwlst"], 80.0)
+    g0, g1 = _g(params, CONFIG, PROMPTS[0]), _g(params, CONFIG, PROMPTS[1])
+    assert np.isfinite(g0).all() and np.abs(g0).max() > 1e160, "entries whose squares overflow float64"
+    assert np.linalg.norm(g0 / 1e150 - g1 / 1e150) > 0.1 * np.linalg.norm(g0 / 1e150), "and G moves with the input"
+    rec = _audit(params, CONFIG, tmp_path)
+    assert rec["verdict"]["verdict"] == NOT_COLLAPSED, rec["verdict"]
+    assert 0.1 < float(rec["verdict"]["figures"]["G_spread"]) < 10
+    assert rec["summary"]["dag_losses"]["GLM"]["max"] == "inf", "tr e^{G⊙G} lies beyond float64"
+
+
+def _moves_with_padding() -> tuple[dict[str, np.ndarray], PLDRConfig]:
+    """One layer. Every real id's embedding has 0 in coordinate e (the padding id 0 alone has ±3
+    there and in e − 1); the queries' head-local coordinates 14, 15 read only coordinates e − 1, e,
+    so they are 0 on every unpadded row. The metric learner's one unit cancels its input exactly
+    (silu(64)·x·(−1/64)) and adds a gate on x₁₄ − x₁₅ of the normalized Gram rows: 0 without
+    padding, O(1) with it. So A, A_LM and G_LM are one operator on every unpadded sequence."""
+    config = dataclasses.replace(CONFIG, num_layers=1, A_dff=17, num_reslayerA=1, num_denseA=1, max_seq_len=128)
+    d, e = config.depth, config.d_model - 1
+    p = random_params(config, seed=3)
+    rng = np.random.default_rng(11)
+    base = np.array([1.0] * 15 + [-1.0] * 15)
+    emb = np.stack([np.concatenate([rng.permutation(base), [0.0, 0.0]]) for _ in range(config.input_vocab_size)])
+    emb[0, e - 1], emb[0, e] = -3.0, 3.0
+    p["decoder.embedding.weight"] = emb.astype(np.float32)
+    p["decoder.layernorm1.bias"][e] = 0.0
+    m0 = MHA.format(0)
+    wq, bq = p[m0 + "wq.weight"].copy(), p[m0 + "wq.bias"].copy()
+    wq[:, e] = 0.0
+    for h in range(config.num_heads):
+        for loc in (14, 15):
+            wq[h * d + loc] = 0.0
+            wq[h * d + loc, e] = 2.0 * rng.normal()
+            bq[h * d + loc] = 0.0
+    p[m0 + "wq.weight"], p[m0 + "wq.bias"] = wq, bq
+    p[m0 + "layernorm1.weight"], p[m0 + "layernorm1.bias"] = np.ones(d, np.float32), np.zeros(d, np.float32)
+    a = config.A_dff
+    w1, b1, w2, b2, w3 = np.zeros((a, d)), np.zeros(a), np.zeros((a, d)), np.zeros(a), np.zeros((d, a))
+    for j in range(d):
+        b1[j], w2[j, j], w3[j, j] = 64.0, 1.0, -1.0 / 64
+    w1[d, 14], w1[d, 15], b2[d] = 4.0, -4.0, 1.0
+    w3[:, d] = rng.normal(size=d)
+    unit = m0 + "reslayerAs.0.denseAs.0."
+    for name, v in (("gluw1.weight", w1), ("gluw1.bias", b1), ("gluw2.weight", w2), ("gluw2.bias", b2),
+                    ("gluw3.weight", w3), ("gluw3.bias", rng.normal(size=d))):
+        p[unit + name] = v.astype(np.float32)
+    p["final_layer.bias"][0] = -1e4  # never generates the padding id
+    return p, config
+
+
+def test_a_g_that_moves_only_with_padding_is_not_collapsed(tmp_path):
+    params, config = _moves_with_padding()
+    plain = [_g(params, config, t) for t in (PROMPTS[0], PROMPTS[1], list(range(4, 64)) * 2)]
+    assert all(np.linalg.norm(g - plain[0]) <= 1e-14 * np.linalg.norm(plain[0]) for g in plain), "one G without padding"
+    for padded in (PROMPTS[0] + [0] * 4, [0] * 4 + PROMPTS[0]):
+        assert np.linalg.norm(_g(params, config, padded) - plain[0]) > 0.5 * np.linalg.norm(plain[0]), "another with padding"
+    rec = _audit(params, config, tmp_path)
+    v = rec["verdict"]
+    assert v["verdict"] == NOT_COLLAPSED and float(v["figures"]["G_padding"]) > 0.5, v
+    assert all(float(v["figures"][k]) < 1e-12 for k in ("G_order_parameter", "epsG", "G_spread", "G_context")), v["figures"]
+    # negative control: without the padding probe every figure reads one operator
+    s = json.loads(json.dumps(rec["summary"]))
+    s.pop("G_LM_padding_probe")
+    assert verdict(s)["verdict"] == COLLAPSED
+
+
+def test_prompts_that_leave_different_room_in_the_context(tmp_path):
+    """Prompts of 10 and 62 tokens in a 64-token context decode 4 and 2 steps; each prompt's
+    record equals that of an audit of the prompt alone (the steps it did not take never count)."""
+    params = random_params(CONFIG, seed=3)
+    long = [4 + (7 * i) % 59 for i in range(62)]
+    both = _audit(params, CONFIG, tmp_path / "both", prompts=[PROMPTS[0], long])
+    assert [d["T"] for d in both["summary"]["decode"]] == [4, 2]
+    assert [len(c) for c in both["decode_continuations"]] == [4, 2]
+    for i, p in enumerate((PROMPTS[0], long)):
+        alone = _audit(params, CONFIG, tmp_path / f"alone{i}", prompts=[p])
+        assert alone["summary"]["decode"][0] == both["summary"]["decode"][i], i
+    assert both["verdict"]["figures"]["decoding_steps"] == 6
 
 
 def test_coverage_says_what_was_measured(tmp_path):
@@ -219,6 +310,12 @@ def _cli(argv: list[str]) -> int:
         (["--operators", "{tmp}/nan.npz"], "non-finite"),
         (["{tmp}/ckpt.pth", "--operators", "{tmp}/ok.npz"], "a checkpoint"),
         (["--operators", "{tmp}/ok.npz", "--collapse"], "--collapse"),
+        (["--operators", "{tmp}/odd.npz"], "d must be even"),
+        (["--operators", "{tmp}/ok.npz", "--config", "{tmp}/cfg.json"], "--config"),
+        (["--prompts", "{tmp}/nested.json"], "every id must be an integer"),
+        (["--config", "{tmp}/cfg.json"], "configuration belongs to a checkpoint"),
+        (["--out", "{tmp}/zero.json"], "is not a folder"),
+        (["--operators", "{tmp}/ok.npz", "--out", "{tmp}/zero.json"], "is not a folder"),
     ],
 )
 def test_user_errors_are_one_line_exit_2(argv, needle, tmp_path, capsys):
@@ -230,8 +327,12 @@ def test_user_errors_are_one_line_exit_2(argv, needle, tmp_path, capsys):
     np.savez(tmp_path / "ok.npz", G=g)
     g[0, 1, 2, 3] = np.nan
     np.savez(tmp_path / "nan.npz", G=g)
+    np.savez(tmp_path / "odd.npz", G=np.ones((1, 2, 5, 5)))
+    (tmp_path / "nested.json").write_text(json.dumps([[[5, 6], [7, 8]]]))  # one prompt of two rows: not a prompt
+    (tmp_path / "cfg.json").write_text(json.dumps(CONFIG.to_upstream()))
     argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
-    assert _cli([*argv, "--out", str(tmp_path / "out"), "--quick", "--no-progress", "--no-plots"]) == 2
+    out = [] if "--out" in argv else ["--out", str(tmp_path / "out")]
+    assert _cli([*argv, *out, "--quick", "--no-progress", "--no-plots"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("plga audit: error:") and needle in err and "\n" not in err, err
 
@@ -240,3 +341,17 @@ def test_operators_audit_still_runs_on_finite_operators(tmp_path):
     np.savez(tmp_path / "ok.npz", G=np.eye(4)[None, None].repeat(2, axis=1))
     args = add_audit_arguments(argparse.ArgumentParser()).parse_args(["--operators", str(tmp_path / "ok.npz"), "--out", str(tmp_path), "--no-plots"])
     assert audit_main(args) == 0
+
+
+def test_config_option_configures_a_pth(tmp_path):
+    """``--config`` gives a ``.pth`` its context (no shape tells it); without it the context is
+    inferred as 1024, or ``--max-seq-len``."""
+    torch = pytest.importorskip("torch")
+    params = power_stage_w_zero()
+    torch.save({k: torch.from_numpy(v) for k, v in params.items()}, tmp_path / "m.pth")
+    (tmp_path / "cfg.json").write_text(json.dumps(CONFIG.to_upstream()))
+    common = ["--quick", "--no-progress", "--no-plots", "--prompts", str(_prompt_file(tmp_path))]
+    for extra, context in (([], 1024), (["--max-seq-len", "128"], 128), (["--config", str(tmp_path / "cfg.json")], CONFIG.max_seq_len)):
+        out = tmp_path / f"out{context}"
+        assert _cli([str(tmp_path / "m.pth"), *extra, "--out", str(out), *common]) == 0
+        assert json.loads((out / "audit.json").read_text())["coverage"]["context"] == context

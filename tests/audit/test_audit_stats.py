@@ -426,3 +426,54 @@ def test_symmetry_and_spread():
 def test_min_median_max():
     assert st.min_median_max([3, 1, 2]) == {"min": 1.0, "median": 2.0, "max": 3.0, "n": 3}
     assert st.min_median_max([])["n"] == 0
+
+
+# --- entries near the float64 range ----------------------------------------------------------
+
+#: Every figure that is a ratio of norms, as a function of (G, G') [..., d, d]: it must not change
+#: when both are scaled by 1e200 (finite entries; their squares are not).
+RATIOS = {
+    "order_pair": lambda a, b: np.asarray(st.order_pair(a, b)),
+    "eps_g": lambda a, b: st.eps_g(a, b)[0],
+    "eps_g_per_operator": st.eps_g_per_operator,
+    "relative_deviation": st.relative_deviation,
+    "commutant_residual": lambda a, b: st.commutant_residual(a),
+    "rope_commutator_rel": lambda a, b: st.rope_commutator_rel(a, 8),
+    "symmetry_defect": lambda a, b: st.symmetry_defect(a),
+}
+
+
+def check_scale_free(f):
+    rng = np.random.default_rng(4)
+    a, b = rng.normal(size=(2, 3, 8, 8)), rng.normal(size=(2, 3, 8, 8))
+    small = f(a, b)
+    assert np.all(np.isfinite(small)) and np.any(small > 0)
+    np.testing.assert_allclose(f(a * 1e200, b * 1e200), small, rtol=1e-12)
+
+
+@pytest.mark.parametrize("name", sorted(RATIOS))
+def test_ratios_are_scale_free_near_overflow(name):
+    check_scale_free(RATIOS[name])
+
+
+def test_scale_free_negative_control():
+    """The unscaled formula (‖G − G'‖_F / ‖G'‖_F of the raw entries) overflows: inf/inf = NaN."""
+    def unscaled(a, b):
+        with np.errstate(over="ignore", invalid="ignore"):
+            return np.linalg.norm(a - b, axis=(-2, -1)) / np.linalg.norm(b, axis=(-2, -1))
+
+    assert _fails(check_scale_free, unscaled)
+
+
+def test_frobenius_and_dag_loss_near_overflow():
+    g = np.random.default_rng(5).normal(size=(2, 8, 8))
+    np.testing.assert_allclose(st.frobenius(g * 1e200) / 1e200, np.linalg.norm(g, axis=(-2, -1)), rtol=1e-14)
+    with np.errstate(over="ignore"):
+        assert np.all(np.isinf(np.linalg.norm(g * 1e200, axis=(-2, -1)))), "negative control: the plain norm overflows"
+    # tr e^{M⊙M} of entries 1e160 lies beyond float64: +∞, not a LinAlgError; NaN stays NaN; finite M unchanged
+    m = np.stack([g[0] * 1e160, g[1]])
+    m_nan = g.copy()
+    m_nan[0, 1, 2] = np.nan
+    assert math.isinf(st.dag_loss(m)[0]) and st.dag_loss(m)[1] == st.dag_loss(g[1])
+    assert math.isnan(st.dag_loss(m_nan)[0]) and st.dag_loss(m_nan)[1] == st.dag_loss(g[1])
+    assert math.isinf(st.notears_h(m)[0]) and math.isfinite(st.notears_h(m)[1])

@@ -14,7 +14,9 @@ through the audit, before the audit's verdict is compared with it.
 
 from __future__ import annotations
 
+import importlib
 import json
+import math
 
 import numpy as np
 import pytest
@@ -22,6 +24,7 @@ import pytest
 from plga.audit import run_audit
 from plga.audit.model import random_params
 from plga.audit.runner import _until_eos
+from plga.audit.summary import jsonable
 from plga.audit.verdict import (
     COLLAPSED,
     INCONCLUSIVE,
@@ -101,12 +104,19 @@ def test_verdict_on_known_answer_checkpoints(known):
     assert (out / "summary.md").read_text().splitlines()[2].startswith(f"**Verdict: {EXPECTED[name]}.**")
 
 
-def _summary(op=0.0, eps=0.0, spread=0.0, flips=0, certified=True):
-    return {
+def _summary(op=0.0, eps=0.0, spread=0.0, flips=0, certified=True, context=None, padding=None):
+    s = {
         "order_parameter": {"GLM": {"rms": {"min": 0.0, "median": 0.0, "max": op, "n": 4}}},
         "G_LM_spread": {"min": 0.0, "median": 0.0, "max": spread, "n": 4},
         "decode": [{"T": 8, "n_disagree": flips, "margin_criterion_2B": certified, "epsG_rel_rms_max_over_steps": eps}],
     }
+    for key, x in (("G_LM_context_probe", context), ("G_LM_padding_probe", padding)):
+        if x is not None:
+            s[key] = {"min": 0.0, "median": 0.0, "max": x, "n": 4}
+    return s
+
+
+FIGURE_KEYS = ("op", "eps", "spread", "context", "padding")
 
 
 @pytest.mark.parametrize(
@@ -131,8 +141,8 @@ def test_rule_at_its_boundaries(kw, want):
 
 
 def test_each_figure_alone_decides():
-    """Negative controls: a deviation in any one of the three figures is caught."""
-    for key in ("op", "eps", "spread"):
+    """Negative controls: a deviation in any one of the five figures is caught."""
+    for key in FIGURE_KEYS:
         assert verdict(_summary(**{key: 0.5}))["verdict"] == NOT_COLLAPSED, key
     assert verdict({"decode": []})["verdict"] == INCONCLUSIVE, "nothing measured is no verdict"
 
@@ -172,3 +182,36 @@ def test_sampled_continuations_stop_at_the_eos_id(eos, tmp_path):
             assert c["tokens"] == [3] and c["stopped_at_eos"]
         else:
             assert c["tokens"] == [3] * SIZES.n_order_tokens and not c["stopped_at_eos"]
+
+
+@pytest.mark.parametrize("key", FIGURE_KEYS)
+@pytest.mark.parametrize("bad", [float("nan"), float("inf"), "nan"])
+def test_a_non_finite_figure_anywhere_is_never_collapsed(key, bad, monkeypatch):
+    """A NaN (an overflowed probe) in any figure, in any position of the maximum, leaves the verdict
+    inconclusive; the strings are what a record read back from JSON holds. Negative control: a
+    verdict that takes a non-finite figure for one not measured (as Python's ``max`` did with a NaN
+    that does not come first) reads collapsed."""
+    summary = _summary(**{**dict.fromkeys(FIGURE_KEYS, 0.0), key: bad})
+    v = verdict(summary)
+    assert v["verdict"] == INCONCLUSIVE, v
+    assert "not finite" in v["reasons"][0] and one_line(jsonable(v)).startswith(INCONCLUSIVE + ":")
+    module = importlib.import_module("plga.audit.verdict")
+    measured = module.figures
+
+    def unmeasured_if_not_finite(s):
+        f = measured(s)
+        for k in module.DEVIATION_FIGURES:
+            f[k] = f[k] if f[k] is None or math.isfinite(f[k]) else None
+        f["G_deviation"] = max(f[k] for k in module.DEVIATION_FIGURES if f[k] is not None)
+        return f
+
+    monkeypatch.setattr(module, "figures", unmeasured_if_not_finite)
+    assert verdict(summary)["verdict"] == COLLAPSED
+
+
+@pytest.mark.parametrize("key", FIGURE_KEYS)
+def test_a_finite_deviation_decides_beside_a_non_finite_figure(key):
+    """An overflowed probe does not undo a deviation measured elsewhere."""
+    other = next(k for k in FIGURE_KEYS if k != key)
+    v = verdict(_summary(**{key: float("nan"), other: 0.5}))
+    assert v["verdict"] == NOT_COLLAPSED and "0.5 > 1e-4" in v["reasons"][0], v

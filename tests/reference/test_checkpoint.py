@@ -111,6 +111,43 @@ def test_upstream_pth_loads(tmp_path, params):
     np.testing.assert_array_equal(loaded["final_layer.weight"], params["final_layer.weight"])
 
 
+def test_a_model_folder_configures_its_pth(tmp_path, params):
+    """A folder holding a ``.pth`` and a ``config.json`` is configured by that file (here a context
+    and a RoPE convention no shape can tell); the ``.pth`` named as a file is not (downloads gather
+    in folders), and neither is a folder without one."""
+    import dataclasses
+
+    config = dataclasses.replace(CONFIG, max_seq_len=96, rope_style="rotate_half")
+    folder = tmp_path / "model"
+    folder.mkdir()
+    _save_pth(folder, params)
+    _, inferred = load_checkpoint(folder)
+    assert inferred.max_seq_len == 1024 and inferred.rope_style != "rotate_half", "negative control: no config.json"
+    (folder / "config.json").write_text(json.dumps(config.to_upstream()))
+    assert load_checkpoint(folder)[1] == config
+    assert load_checkpoint(folder / "model.pth")[1] == inferred
+
+
+def test_bfloat16_safetensors_are_widened_exactly(tmp_path, params):
+    """NumPy has no bfloat16: such tensors are widened to float32 bit for bit as torch widens them,
+    beside tensors of other dtypes in the same file."""
+    torch = pytest.importorskip("torch")
+    safetensors_torch = pytest.importorskip("safetensors.torch")
+    tensors = {k: torch.from_numpy(v) for k, v in params.items()}
+    tensors["final_layer.weight"] = tensors["final_layer.weight"].bfloat16()
+    tensors["final_layer.bias"] = tensors["final_layer.bias"].half()
+    safetensors_torch.save_file(tensors, str(tmp_path / "model.safetensors"))
+    (tmp_path / "config.json").write_text(json.dumps(CONFIG.to_upstream()))
+    loaded, config = load_checkpoint(tmp_path)
+    assert config == CONFIG
+    want = tensors["final_layer.weight"].float().numpy()
+    assert loaded["final_layer.weight"].dtype == np.float32
+    np.testing.assert_array_equal(loaded["final_layer.weight"], want)
+    assert not np.array_equal(want, params["final_layer.weight"]), "negative control: bfloat16 rounded the weights"
+    assert loaded["final_layer.bias"].dtype == np.float16
+    np.testing.assert_array_equal(loaded["decoder.embedding.weight"], params["decoder.embedding.weight"])
+
+
 def test_truncated_pth_is_refused(tmp_path, params):
     path = _save_pth(tmp_path, params)
     data = path.read_bytes()
