@@ -292,7 +292,9 @@ def plga_attention(
         return one_query_attention(qg, k, v, allowed, scale=scale, finite_mask=finite_mask)
     if scale == 0.0:  # every score is exactly 0: the same softmax from zero queries at scale 1
         qg, scale = torch.zeros_like(qg), 1.0  # (CUDA's fused bfloat16 kernels returned NaN at scale 0)
-    if key_padding_mask is None and causal and s <= t:  # every row has a key: no mask tensor, flash-eligible
+    # every row has a key: no mask tensor, flash-eligible. Not at a negative scale: torch's causal
+    # kernels mask the scores before scaling them, and −∞ · scale turned +∞ (NaN rows, torch 2.13)
+    if key_padding_mask is None and causal and s <= t and scale > 0:
         if s == t:
             return F.scaled_dot_product_attention(qg, k, v, is_causal=True, scale=scale)
         if s == 1:  # a decoding step: the last position sees every key

@@ -199,7 +199,7 @@ class KernelsAdapter(Adapter):
     def _set_up_native(self) -> None:
         """Build (once per machine) and load the native CPU kernels now, while the
         implementation loads: a first build takes 10–30 s, and inside the first decoder check it
-        counted against that check's time limit (60 s in the quick profile) and could fail it."""
+        counted against that check's time limit (150 s in the quick profile) and could fail it."""
         if self.device != "cpu" or self._model_cls is None:
             return
         native = getattr(self.K, "native", None)

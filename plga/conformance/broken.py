@@ -167,11 +167,10 @@ class _GBeforeRopeDecoder(eg.EagerDecoder):
     """Absorbs a constant G into the query projection *before* RoPE: RoPE(Q G) instead of RoPE(Q) G."""
 
     def rotate_queries(self, i: int, h: Tensor, positions: Tensor, constant_g: Tensor | None) -> Tensor:
-        c = self.config
         q = self.heads(self.linear(h, f"decoder.dec_layers.{i}.mha1.wq"))  # [B, H, S, d]
         if constant_g is not None:
             q = q @ constant_g.to(q.dtype)  # W_q G: exact without RoPE, wrong with it
-        return eg.rope(q, positions, c.rope_base, c.rope_style)
+        return self.rotate(q, positions)
 
     def constant_operator(self, constant_g: Tensor) -> Tensor:
         d = constant_g.shape[-1]

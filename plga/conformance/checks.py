@@ -1017,16 +1017,18 @@ class DecoderCase:
     new_tokens: int = 0
     label: str = "drawn"
     q_scale: float = 1.0  # the query projections' scale (oracle.random_state_dict)
+    w_scale: float = 1.0  # the power stage W's scale (oracle.random_state_dict)
 
     def regions(self) -> dict[str, str]:
         n = self.new_tokens
         return {**sh.config_regions(self.config), **sh.token_regions(self.tokens),
                 "new tokens": "0" if n == 0 else "1" if n == 1 else "several",
+                "last position": sh.size_region(self.tokens.shape[1] + n),
                 "Gram LayerNorm": "variance near its ε" if self.q_scale != 1.0 else "variance far above its ε"}
 
     def state(self, ctx: Context) -> dict[str, Any]:
         """The case's seeded weights in the check's dtype, on its device."""
-        return _state(oracle.random_state_dict(self.config, self.seed, self.q_scale), ctx.torch_dtype, ctx.device)
+        return _state(oracle.random_state_dict(self.config, self.seed, self.q_scale, self.w_scale), ctx.torch_dtype, ctx.device)
 
     def note(self) -> str:
         c = self.config
@@ -1034,23 +1036,30 @@ class DecoderCase:
                 f"A_dff={c.A_dff} num_reslayerA={c.num_reslayerA} num_denseA={c.num_denseA} vocab={c.input_vocab_size} "
                 f"rope_style={c.rope_style} rope_base={c.rope_base:g} max_seq_len={c.max_seq_len}; weights seed {self.seed}; "
                 f"tokens {self.tokens.tolist()}; {self.new_tokens} new tokens"
-                + (f"; query projections × {self.q_scale:g}" if self.q_scale != 1.0 else ""))
+                + (f"; query projections × {self.q_scale:g}" if self.q_scale != 1.0 else "")
+                + (f"; power-stage W × {self.w_scale:g}" if self.w_scale != 1.0 else ""))
 
 
-def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False) -> list[DecoderCase]:
+def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False, widths: bool = True) -> list[DecoderCase]:
     """One explicit case per boundary configuration, then :data:`~.strategies.BOUNDARY_DECODER_EXTRA`
     (a 40-token prompt; a batch of 4 padded rows — on the left at float64, where left padding
     can be judged, else on the right; a batch of 5; a 300-token prompt; 20 new tokens after a
     short prompt; caches grown past 32, 64, 128 and 256 keys while decoding), then one case
     whose Gram rows have a variance near the LayerNorm ε (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`);
-    generation cases decode 0 to 12 tokens, and 20 in one."""
+    generation cases decode 0 to 12 tokens, and 20 in one. ``widths=False`` leaves out the
+    configurations of the released model's widths (:data:`~.strategies.WIDTH_CONFIGS`): the
+    checks of how state is kept between calls and steps judge no width, and a reference step at
+    those widths reads ~0.1 GB of float64 weights."""
     out = []
     configs = sh.boundary_configs()
     for i, config in enumerate(configs):
+        if not widths and i in sh.WIDTH_CONFIGS:
+            continue
         batches = sh.boundary_tokens(config.input_vocab_size, ctx.seed + i, left_padding=ctx.mp, min_len=min_len,
                                      max_len=6 if generation else 9)
-        n = (0, 1, 4, 3, 2, 5, 1, 3, 2, 2)[i] if generation else 0  # one count per boundary config
-        out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, batches[i % len(batches)], n, label=f"boundary #{i}"))
+        n = (0, 1, 4, 3, 2, 5, 1, 3, 2, 2, 1)[i] if generation else 0  # one count per boundary config
+        out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, batches[i % len(batches)], n, label=f"boundary #{i}",
+                               w_scale=0.5 if i in sh.WIDTH_CONFIGS else 1.0))
     for j, (ci, batch, length, new) in enumerate(sh.BOUNDARY_DECODER_EXTRA, start=len(configs)):
         config = configs[ci]
         if generation:  # room for the new tokens (at least one: gcache_invalidated, state_between_calls)
@@ -1081,15 +1090,32 @@ def _state(params: dict[str, np.ndarray], dtype: Any, device: str) -> dict[str, 
     return {k: torch.from_numpy(np.ascontiguousarray(v)).to(device=device, dtype=dtype) for k, v in params.items()}
 
 
+#: The perturbation of the generator A in the float64 baseline decoder that carries one: 16 unit
+#: roundoffs of each row's largest entry, random signs. The other float64 baselines run the reference's products
+#: in the reference's order on the same BLAS, so their rounding of A can nearly coincide with
+#: the reference's; where an entry of W A + b lies near 0, iSwiGLU's u² σ(u) and then the power
+#: |P| amplify the rounding of A, and a sound float64 kernel whose own A differed by ~12 unit
+#: roundoffs (the released model's widths: 14 heads of 64, A_dff 170) read 14 times the others'
+#: error there. A is the metric learner's LayerNorm output: its rounding scales with its rows.
+FLOAT64_A_JITTER = 16 * 2.0**-53
+
+
 def _baseline_decoders(state: dict[str, Any], config: Any) -> list[eg.EagerDecoder]:
-    """Eager decoders in the published order, reordered, (bf16/fp16) with a float32 chain, and
-    (fp16) with the attention weights in float32 too: −1e9 overflows float16, every other
-    baseline was NaN on a left-padded sequence, its baseline error taken as 0, and a sound
-    float16 decoder that keeps its softmax in float32 was failed at the floor."""
+    """Eager decoders in the published order, reordered, in float64 with its generator A jittered
+    (:data:`FLOAT64_A_JITTER`), below float64 with the upstream
+    implementation's float32 RoPE tables (torchtune's: the angle p·θ rounded in float32, ~1e-5 at
+    position 200, which a faithful float32 port has and the float64 tables do not), (bf16/fp16)
+    with a float32 chain, and (fp16) with the attention weights in float32 too: −1e9 overflows
+    float16, every other baseline was NaN on a left-padded sequence, its baseline error taken
+    as 0, and a sound float16 decoder that keeps its softmax in float32 was failed at the floor."""
     import torch
 
     ref = next(iter(state.values()))
     out = [eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, order=o) for o in eg.ORDERS]
+    if ref.dtype != torch.float64:
+        out.append(eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, rope_tables="float32"))
+    else:
+        out.append(eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, jitter=FLOAT64_A_JITTER))
     if ref.dtype in (torch.bfloat16, torch.float16):
         out.append(eg.EagerDecoder(state, config, dtype=ref.dtype, device=ref.device, wide_chain=True))
     if ref.dtype == torch.float16:
@@ -1268,12 +1294,14 @@ def _assert_greedy(new_tokens: np.ndarray, steps: np.ndarray, *, what: str, note
             f"{int(steps[b, i].argmax())}): greedy decoding takes the argmax\n{note}")
 
 
-def _generation_check(ctx: Context, body: Callable[[DecoderCase, dict[str, Any]], None]) -> None:
+def _generation_check(ctx: Context, body: Callable[[DecoderCase, dict[str, Any]], None], *, widths: bool = True) -> None:
+    """Run ``body`` on drawn and boundary generation cases (one-token prompts included); ``widths``:
+    with the configurations of the released model's widths (:func:`_decoder_boundary`)."""
     def run(c: DecoderCase) -> None:
         body(c, c.state(ctx))
 
     run_property(ctx, _decoder_cases(left_padding=ctx.mp, generation=True), run, factor=0.5,
-                 boundary=_decoder_boundary(ctx, generation=True))  # one-token prompts included
+                 boundary=_decoder_boundary(ctx, generation=True, widths=widths))
 
 
 def _gen(ctx: Context, state: dict[str, Any], config: Any, prompt: np.ndarray, n: int, mode: str, g: Any = None) -> Any:
@@ -1432,7 +1460,7 @@ def check_gcache_invalidated(ctx: Context) -> None:
             _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "kvg", forced=truth.tokens), what="kvg decoding of successive prompts",
                                 note=note)
 
-    _generation_check(ctx, body)
+    _generation_check(ctx, body, widths=False)
 
 
 #: The longest first turn of :func:`_conversation` (tokens): the turns are about how a loaded
@@ -1513,7 +1541,7 @@ def check_state_between_calls(ctx: Context) -> None:
             mode = turns[c.seed % len(turns)]
             _conversation(ctx, c, state, (held_state, held_config), n, mode, gs[0] if mode == "collapsed" else None)
 
-    _generation_check(ctx, body)
+    _generation_check(ctx, body, widths=False)
 
 
 @register("cache_nocache", "cache", requires=("cache_nocache",))
@@ -1537,7 +1565,7 @@ def check_cache_nocache(ctx: Context) -> None:
             _generation_compare(ctx, got, truth, _baseline_gen(state, config, prompt, n, "nocache", gs, forced=truth.tokens),
                                 what="nocache decoding (constant random G)", note=c.note())
 
-    _generation_check(ctx, body)
+    _generation_check(ctx, body, widths=False)
 
 
 @register("decoder_thread_counts", "decoder", requires=("forward",))

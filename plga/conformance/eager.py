@@ -246,11 +246,22 @@ def layer_weights_from_state(state: Mapping[str, Any], num_reslayerA: int, num_d
 # --- RoPE -----------------------------------------------------------------------------------
 
 
-def rope(x: Tensor, positions: Tensor, base: float = 10000.0, style: str = "interleaved") -> Tensor:
-    """Rotate rows of x [..., S, d] at integer ``positions`` [S]; angles in float64, cast to x's dtype."""
+#: How RoPE tables are built: ``"float64"`` (the contract, docs/spec.md §2.3) or ``"float32"``, the
+#: upstream implementation's (torchtune's) own: θ_j = 1 / β^(2j/d), angles p·θ_j and cos/sin
+#: all in float32. The angle p·θ_j then carries half a float32 ulp of itself, ~p·6e-8 (1e-5 at
+#: position 200): a legitimate float32 rounding a float32 decoder may have.
+ROPE_TABLES = ("float64", "float32")
+
+
+def rope(x: Tensor, positions: Tensor, base: float = 10000.0, style: str = "interleaved", tables: str = "float64") -> Tensor:
+    """Rotate rows of x [..., S, d] at integer ``positions`` [S]; the tables built in ``tables``
+    precision (:data:`ROPE_TABLES`), cast to x's dtype."""
     d = x.shape[-1]
-    theta = base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64, device=x.device) / d)  # [d/2]
-    angles = positions.to(device=x.device, dtype=torch.float64)[:, None] * theta  # [S, d/2]
+    if tables == "float64":
+        theta = base ** (-2.0 * torch.arange(d // 2, dtype=torch.float64, device=x.device) / d)  # [d/2]
+    else:  # torchtune's RotaryPositionalEmbeddings: every step in float32
+        theta = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device)[: d // 2].float() / d))  # [d/2]
+    angles = positions.to(device=x.device, dtype=theta.dtype)[:, None] * theta  # [S, d/2]
     cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
     if style == "interleaved":
         x0, x1 = x[..., 0::2], x[..., 1::2]
@@ -287,8 +298,14 @@ class EagerDecoder:
     def __init__(
         self, state: Mapping[str, Any], config: Any, dtype: torch.dtype = torch.float32,
         device: Any = "cpu", order: str = "natural", wide_chain: bool = False, wide_softmax: bool = False,
+        rope_tables: str = "float64", jitter: float = 0.0,
     ) -> None:
         self.config = config
+        self.rope_tables = rope_tables  # :data:`ROPE_TABLES`
+        # jitter: each layer's generator A perturbed by this much of each row's largest entry (seeded
+        # signs) before the power stage: another rounding of A, as an implementation's own order of
+        # operations gives (A is a LayerNorm's output: its rounding scales with its rows)
+        self.jitter = jitter
         self.dtype = dtype
         self.device = torch.device(device)
         self.order = order
@@ -324,12 +341,21 @@ class EagerDecoder:
     # overridable stages
     def rotate_queries(self, i: int, h: Tensor, positions: Tensor, constant_g: Tensor | None) -> Tensor:
         """RoPE(h W_q + b_q) per head → [B, H, S, d]."""
-        c = self.config
-        return rope(self.heads(self.linear(h, f"decoder.dec_layers.{i}.mha1.wq")), positions, c.rope_base, c.rope_style)
+        return self.rotate(self.heads(self.linear(h, f"decoder.dec_layers.{i}.mha1.wq")), positions)
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        """RoPE of queries or keys [B, H, S, d] at ``positions`` [S] (tables: ``rope_tables``)."""
+        return rope(x, positions, self.config.rope_base, self.config.rope_style, self.rope_tables)
 
     def chain(self, i: int, q_rot: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """(A, A_LM, A_P, G_LM) of layer i from its rotated queries (in ``chain_dtype``)."""
-        return operator_chain(q_rot.to(self.chain_dtype), self.layer_weights(i), self.order)
+        if not self.jitter:
+            return operator_chain(q_rot.to(self.chain_dtype), self.layer_weights(i), self.order)
+        w = cast_layer_weights(self.layer_weights(i), self.chain_dtype, self.device)
+        A = metric_learner(density_operator(q_rot.to(self.chain_dtype), self.order), w, self.order)  # [B, H, d, d]
+        signs = torch.randint(0, 2, A.shape, generator=torch.Generator().manual_seed(7919 + i)) * 2 - 1
+        A = A + self.jitter * A.abs().amax(-1, keepdim=True) * signs.to(device=A.device, dtype=A.dtype)  # [B, H, d, d]
+        return (A, *power_stage(A, w["W"], w["b"], w["P"], w["a"], w["b_a"], self.order))
 
     def power(self, i: int, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         w = cast_layer_weights(self.layer_weights(i), self.chain_dtype, self.device)
@@ -360,7 +386,7 @@ class EagerDecoder:
     ) -> tuple[Tensor, dict[str, Tensor], LayerCache]:
         c, pre = self.config, f"decoder.dec_layers.{i}."
         q = self.rotate_queries(i, h, positions, constant_g)  # [B, H, S, d]
-        k = rope(self.heads(self.linear(h, pre + "mha1.wk")), positions, c.rope_base, c.rope_style)
+        k = self.rotate(self.heads(self.linear(h, pre + "mha1.wk")), positions)
         v = self.heads(self.linear(h, pre + "mha1.wv"))
         ded: dict[str, Tensor] = {}
         a = a_lm = None
@@ -465,7 +491,22 @@ class EagerDecoder:
 
 
 __all__ = [
-    "ATTENTION_ORDERS", "EPSILON_ADJ", "LAYER_NORM_EPS", "MASK_FILL", "ORDERS", "EagerDecoder", "LayerCache", "attention_support",
-    "cast_layer_weights", "density_operator", "finite_softmax_lse", "layer_weights_from_state", "metric_learner", "operator_chain",
-    "plga_attention", "power_stage", "rope",
+    "ATTENTION_ORDERS",
+    "EPSILON_ADJ",
+    "LAYER_NORM_EPS",
+    "MASK_FILL",
+    "ORDERS",
+    "ROPE_TABLES",
+    "EagerDecoder",
+    "LayerCache",
+    "attention_support",
+    "cast_layer_weights",
+    "density_operator",
+    "finite_softmax_lse",
+    "layer_weights_from_state",
+    "metric_learner",
+    "operator_chain",
+    "plga_attention",
+    "power_stage",
+    "rope",
 ]

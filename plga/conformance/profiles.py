@@ -39,7 +39,7 @@ GROUPS = ("attention", "structure", "chain", "decoder", "cache")
 DEFAULT_SEED = 20260
 
 #: Seconds one check may run (``--check-timeout`` overrides; 0 disables).
-CHECK_TIMEOUT: dict[str, float] = {"quick": 60.0, "ci": 300.0, "thorough": 3600.0}
+CHECK_TIMEOUT: dict[str, float] = {"quick": 150.0, "ci": 300.0, "thorough": 3600.0}
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
              HealthCheck.function_scoped_fixture]

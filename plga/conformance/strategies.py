@@ -266,7 +266,14 @@ def padding_mask(kind: str, b: int, t: int, rng: np.random.Generator, keep_first
 #: loads in pairs or a 256-wide tile drop features there), 600 keys (between the 512 and the 1024
 #: of flash-decoding paths), and many query rows B·H·S, where kernels launch rows in chunks or a
 #: grid: 2 × 8 × 4201 = 67 216 rows (past 4096-row chunks and a CUDA grid's 65 535 blocks, with
-#: a partial chunk; causal checks clip it to S = T = 5) and 3 × 700 heads × 2 = 4200 rows at S = T.
+#: a partial chunk; causal checks clip it to S = T = 5) and 3 × 700 heads × 2 = 4200 rows at S = T;
+#: last, the released model's attention where its kernels switch paths: a decoding step (one
+#: query) over 1000 keys in 14 heads of 64 (flash-decoding splits the keys past
+#: 512, often in a path special to d = 64); a causal S = T under a negative scale (torch's
+#: causal kernels mask before scaling: −∞ turned +∞); 16 queries over 1024 keys, a whole number
+#: of 512-key splits (a last split sized T % 512 is empty there); causal rows past a grid's
+#: 65 535, 16 400 × 2 heads × 2 = 65 600 (S = T, so causal checks keep them); and 4700 × 14 =
+#: 65 800 (batch, head) pairs, past a grid dimension of 65 535.
 BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | None], ...] = (
     (1, 1, 1, 1, 2, 1, "none", False, None),
     (2, 3, 5, 7, 4, 3, "random", True, 0.3),
@@ -296,6 +303,11 @@ BOUNDARY_SHAPES: tuple[tuple[int, int, int, int, int, int, str, bool, float | No
     (2, 2, 3, 600, 16, 16, "random", True, None),
     (2, 8, 4201, 5, 8, 8, "random", False, None),
     (3, 700, 2, 2, 4, 4, "rank_one", False, None),
+    (1, 14, 1, 1000, 64, 64, "trained", False, None),
+    (1, 2, 6, 6, 8, 8, "random", False, -0.5),
+    (1, 2, 16, 1024, 64, 64, "trained", False, None),
+    (16400, 2, 2, 2, 4, 4, "random", False, None),
+    (4700, 14, 1, 1, 4, 4, "rank_one", False, None),
 )
 
 
@@ -415,10 +427,12 @@ def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
 #: odd head dim (feature pairs lose the last one), batch 3 × 6 heads (past 16 matrices, where a
 #: batched path may pool the batch), 33 heads (past head chunks of 16 and 32), 300 query rows
 #: (a Gram summed in chunks of 256 rows, with a partial one) and the released model's A_dff, 170
-#: (the SwiGLU blocks' width past tiles of 16 … 128, with a partial one: drawn A_dff stop at 8).
+#: (the SwiGLU blocks' width past tiles of 16 … 128, with a partial one: drawn A_dff stop at 8);
+#: last, the released model's layer — 14 heads of 64, A_dff 170 — over 600 query rows (a Gram
+#: summed in chunks of 512 rows, with a partial one).
 CHAIN_SIZE_SHAPES: tuple[tuple[Any, ...], ...] = (
     (2, 3, 6, 5, 4, 2, 2, 1.0), (3, 6, 5, 4, 3, 1, 1, 1.0), (1, 33, 5, 4, 3, 1, 1, 1.0), (1, 2, 300, 8, 4, 1, 1, 1.0),
-    (1, 2, 6, 8, 170, 2, 2, 1.0),
+    (1, 2, 6, 8, 170, 2, 2, 1.0), (1, 14, 600, 64, 170, 2, 2, 1.0),
 )
 
 
@@ -445,10 +459,14 @@ def chain_cases(draw: Any, *, dims: tuple[int, ...] = (2, 3, 4, 5, 6, 8), max_le
 #: 5 heads of dimension 32 (scale 1/√32), a vocabulary of 97 (past 64), RoPE base 5·10⁵ and a
 #: context of 300 (past 64 and 256: position tables, interpolation) — and a small model with
 #: base 1000, a vocabulary of 601 (past 512, with a partial block of a 512-column head) and a
-#: context of 1024 that the cases below run past positions 256 and 512; last,
+#: context of 2048 that the cases below run past positions 256, 512 and 1024; last,
 #: the released model's counts at a small width — 6 layers (past its 5), 14 heads (past head
 #: chunks of 8), 8 residual units of 4 SwiGLU blocks, a vocabulary of 300 (past 256) and a
-#: context of 24 that the case below fills — and its head dimension, 64, in one head.
+#: context of 24 that the case below fills — and its head dimension, 64, in one head; last, the
+#: released model's widths in one layer — d_model 896 (14 heads of 64: a LayerNorm over more
+#: than 512 features), dff 2389 (past 2048, partial tiles of 512 and 1024), A_dff 170 — and a
+#: vocabulary of 2500 (past 2048, partial column blocks of 512 and 1024; the released 32000 is
+#: a multiple of 256 and holds no more block sizes).
 BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (1, 1, 8, 8, 4, 1, 1, 23, "interleaved"),
     (2, 2, 8, 24, 12, 1, 2, 37, "rotate_half"),
@@ -456,11 +474,17 @@ BOUNDARY_CONFIGS: tuple[tuple[Any, ...], ...] = (
     (2, 3, 4, 12, 3, 2, 1, 29, "rotate_half"),
     (1, 2, 16, 300, 170, 2, 3, 64, "rotate_half"),
     (4, 5, 32, 48, 6, 1, 1, 97, "interleaved", 500000.0, 300),
-    (1, 2, 8, 12, 4, 1, 1, 601, "rotate_half", 1000.0, 1024),
+    (1, 2, 8, 12, 4, 1, 1, 601, "rotate_half", 1000.0, 2048),
     (6, 14, 4, 16, 4, 8, 4, 300, "rotate_half", 10000.0, 24),
     (1, 1, 64, 16, 4, 1, 1, 41, "interleaved"),
     (2, 2, 8, 12, 4, 1, 2, 256, "interleaved", 10000.0, 300),
+    (1, 14, 64, 2389, 170, 2, 2, 2500, "interleaved"),
 )
+
+
+#: The indices in :data:`BOUNDARY_CONFIGS` of the released model's widths: judged by the forward
+#: checks and the cached steps, not by every check of state kept between calls.
+WIDTH_CONFIGS = frozenset({len(BOUNDARY_CONFIGS) - 1})
 
 
 def make_config(layers: int, heads: int, depth: int, dff: int, a_dff: int, units: int, dense: int, vocab: int, rope_style: str,
@@ -474,6 +498,7 @@ def make_config(layers: int, heads: int, depth: int, dff: int, a_dff: int, units
 
 def config_regions(config: Any) -> dict[str, str]:
     return {"num_layers": str(config.num_layers), "heads": str(config.num_heads), "depth": str(config.depth),
+            "d_model": size_region(config.d_model),
             "num_reslayerA": str(config.num_reslayerA), "num_denseA": str(config.num_denseA), "rope_style": config.rope_style,
             "dff": size_region(config.dff), "A_dff": size_region(config.A_dff),
             "vocabulary": size_region(config.input_vocab_size), "rope_base": f"{config.rope_base:g}",
@@ -527,8 +552,8 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: step count of 4); a 300-token prompt decoding 3 (positions past 256: a RoPE table of 256,
 #: positions held in bfloat16, which round every other position from 257 on: 260 tokens gave
 #: two such positions, and an off-by-one at 257 hid within the bfloat16 bound at some seeds); a
-#: 5-token prompt decoding 20 (cached steps past 8 and 16: a step-position table, a cache page
-#: or a step loop sized 8/16 ends; the drawn cases decode ≤ 6);
+#: 5-token prompt decoding 40 (cached steps past 8, 16 and 32: a step-position table, a cache
+#: page or a step loop sized 8/16/32 ends; the drawn cases decode ≤ 6);
 #: on the 6-layer configuration a forward of its whole context (24 positions: the last row
 #: of a RoPE table) and a 12-token prompt decoding 12 (to the context's end); last, caches that
 #: grow past 32, 64, 128 and 256 keys during decoding (30 → 36, 60 → 68, 125 → 131, 250 → 260:
@@ -537,11 +562,15 @@ def boundary_tokens(vocab: int, seed: int, *, left_padding: bool, max_len: int =
 #: (a head tiled by up to 256 columns) and 256 (128, 256): a tiled kernel that sizes its last
 #: block as n % BLOCK, without ``or BLOCK``, drops a whole block only there; last, past 512
 #: (a prefill chunk, a cache of 512 keys): a cache that grows past 512 keys while decoding (508 →
-#: 516) and a 600-token prompt (a prefill in 512-token chunks, a ring of 512 keys).
+#: 516) and a 600-token prompt (a prefill in 512-token chunks, a ring of 512 keys); then a batch
+#: of 20 rows (past a step tiled by 8 or 16 rows); last, a 1024-token prompt (positions past 768 —
+#: a RoPE table cut short —, a whole number of 512-key splits) decoding three tokens, from
+#: cached steps at positions 1024 and 1025 (a RoPE table or a ring cache of 1024 ends there; the
+#: context is 2048).
 BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
-    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 300, 3), (1, 2, 5, 20), (7, 2, 24, 0), (7, 1, 12, 12),
+    (1, 2, 40, 3), (3, 4, 9, 2), (5, 5, 20, 6), (6, 1, 300, 3), (1, 2, 5, 40), (7, 2, 24, 0), (7, 1, 12, 12),
     (1, 2, 30, 6), (6, 1, 60, 8), (6, 1, 125, 6), (6, 1, 250, 10), (9, 2, 64, 2), (6, 1, 256, 2), (6, 1, 508, 8),
-    (6, 1, 600, 3), (1, 10, 9, 3),
+    (6, 1, 600, 3), (1, 20, 9, 3), (6, 1, 1024, 3),
 )
 
 
@@ -593,10 +622,38 @@ def token_batches(draw: Any, *, vocab: int, max_len: int = 9, max_batch: int = 2
 
 
 __all__ = [
-    "AWKWARD_LENGTHS", "BOUNDARY_CONFIGS", "BOUNDARY_DECODER_EXTRA", "BOUNDARY_SHAPES", "CHAIN_SIZE_SHAPES", "FLOOR_B_SHIFT",
+    "AWKWARD_LENGTHS",
+    "BOUNDARY_CONFIGS",
+    "BOUNDARY_DECODER_EXTRA",
+    "BOUNDARY_SHAPES",
+    "CHAIN_SIZE_SHAPES",
+    "FLOOR_B_SHIFT",
     "G_FAMILIES",
-    "MAX_ABS_SCORE", "NEAR_EPSILON_Q_SCALE", "PADDINGS", "ROW_REGION_ENDS", "SIZE_REGION_ENDS", "AttentionCase", "ChainCase", "attention_cases", "available_families",
-    "boundary_attention_cases", "boundary_chain_cases", "boundary_configs", "boundary_tokens", "chain_cases",
-    "config_regions", "decoder_configs", "make_config", "make_g", "padded_tokens", "padding_mask", "rows_region", "scale_region",
-    "sentinel_g", "size_region", "token_batches", "token_regions",
+    "MAX_ABS_SCORE",
+    "NEAR_EPSILON_Q_SCALE",
+    "PADDINGS",
+    "ROW_REGION_ENDS",
+    "SIZE_REGION_ENDS",
+    "WIDTH_CONFIGS",
+    "AttentionCase",
+    "ChainCase",
+    "attention_cases",
+    "available_families",
+    "boundary_attention_cases",
+    "boundary_chain_cases",
+    "boundary_configs",
+    "boundary_tokens",
+    "chain_cases",
+    "config_regions",
+    "decoder_configs",
+    "make_config",
+    "make_g",
+    "padded_tokens",
+    "padding_mask",
+    "rows_region",
+    "scale_region",
+    "sentinel_g",
+    "size_region",
+    "token_batches",
+    "token_regions",
 ]

@@ -161,24 +161,8 @@ class VocabChunkArgmax(_Base):
 # 6. RoPE table with max_seq_len - 1 rows, index clamped (defensive gather): only position
 #    max_seq_len - 1 is rotated wrongly (at max_seq_len - 2).
 class _RopeTableShort(eg.EagerDecoder):
-    def _clamp(self, positions):
-        return positions.clamp(max=self.config.max_seq_len - 2)
-
-    def rotate_queries(self, i, h, positions, constant_g):
-        return super().rotate_queries(i, h, self._clamp(positions), constant_g)
-
-    def layer(self, i, h, positions, support, cache, mode, constant_g):
-        # keys rotated through the same table
-        orig = eg.rope
-
-        def rope(x, pos, base=10000.0, style="interleaved"):
-            return orig(x, self._clamp(pos), base, style)
-
-        eg.rope = rope
-        try:
-            return super().layer(i, h, positions, support, cache, mode, constant_g)
-        finally:
-            eg.rope = orig
+    def rotate(self, x, positions):  # queries and keys through the same table
+        return super().rotate(x, positions.clamp(max=self.config.max_seq_len - 2))
 
 
 class RopeTableShort(_Base):

@@ -75,7 +75,7 @@ def test_a_batch_past_eight_rows_is_judged(monkeypatch):
     control = CONTROLS["step_mask_tile_of_8"]
     report = _verdict(control.make(), ["cache_modes"])
     assert report.failed_checks() == {"cache_modes"}, report.summary()
-    assert (1, 10, 9, 3) in sh.BOUNDARY_DECODER_EXTRA
+    assert (1, 20, 9, 3) in sh.BOUNDARY_DECODER_EXTRA
     monkeypatch.setattr(sh, "BOUNDARY_DECODER_EXTRA", tuple(x for x in sh.BOUNDARY_DECODER_EXTRA if x[1] <= 8))
     assert _verdict(control.make(), ["cache_modes"]).verdict == "PASS"
 

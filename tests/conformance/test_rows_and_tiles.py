@@ -38,8 +38,9 @@ def test_boundary_cases_hold_whole_numbers_of_tiles(monkeypatch):
         report = check_kernel(CONTROLS[name].make(), groups=[group], dtypes=["float64"], profile="quick", shrink=False)
         assert report.verdict == "FAIL", (name, report.summary())
     # negative controls: the boundary cases before (no whole number of tiles)
-    whole_shapes = {(1, 2, 128, 128, 16, 16, "random", False, None), (2, 3, 64, 256, 8, 8, "rank_one", True, None)}
-    whole_prompts = {(9, 2, 64, 2), (6, 1, 256, 2)}
+    whole_shapes = {(1, 2, 128, 128, 16, 16, "random", False, None), (2, 3, 64, 256, 8, 8, "rank_one", True, None),
+                    (1, 2, 16, 1024, 64, 64, "trained", False, None)}
+    whole_prompts = {(9, 2, 64, 2), (6, 1, 256, 2), (6, 1, 1024, 3)}
     assert whole_shapes <= set(sh.BOUNDARY_SHAPES) and whole_prompts <= set(sh.BOUNDARY_DECODER_EXTRA)
     monkeypatch.setattr(sh, "BOUNDARY_DECODER_EXTRA", tuple(c for c in sh.BOUNDARY_DECODER_EXTRA if c not in whole_prompts))
     monkeypatch.setattr(sh, "BOUNDARY_SHAPES", tuple(c for c in sh.BOUNDARY_SHAPES if c not in whole_shapes))

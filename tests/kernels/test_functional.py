@@ -505,3 +505,25 @@ def test_finite_mask_gradients_on_query_rows_without_a_key(dtype, monkeypatch):
     if all((a - e).abs().max() <= tol * e.abs().max() for a, e in zip(broken, eager, strict=True)):
         pytest.skip("this torch's fused backward is right on rows without a key: the negative control cannot show it")
     assert (broken[2] - eager[2]).abs().max() > 0.1 * eager[2].abs().max()
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32, torch.bfloat16])
+@pytest.mark.parametrize(("s", "t"), [(6, 6), (4, 9), (1, 7)])
+def test_causal_attention_at_a_negative_scale(dtype, s, t):
+    """A negative scale flips which key wins; it must not meet torch's causal kernels, which mask
+    the scores before scaling them (−∞ · scale = +∞: NaN rows at S = T, torch 2.13). Negative
+    control: that causal path itself, where torch still takes it."""
+    gen = torch.Generator().manual_seed(8)
+    q, k, v = (torch.randn(2, 3, n, 8, generator=gen, dtype=torch.float64) for n in (s, t, t))
+    G = torch.randn(3, 8, 8, generator=gen, dtype=torch.float64) / math.sqrt(8)
+    want = plga_attention_eager(q, k, v, G, causal=True, scale=-0.5)
+    got = plga_attention(*(x.to(dtype) for x in (q, k, v, G)), causal=True, scale=-0.5)
+    assert torch.isfinite(got).all()
+    tol = {torch.float64: 1e-12, torch.float32: 1e-5, torch.bfloat16: 5e-2}[dtype]
+    torch.testing.assert_close(got.double(), want, rtol=0, atol=tol)
+    if s == t:
+        qg = (q @ G).to(dtype)
+        direct = F.scaled_dot_product_attention(qg, k.to(dtype), v.to(dtype), is_causal=True, scale=-0.5)
+        if torch.isfinite(direct).all():
+            pytest.skip("this torch's causal kernel scales before masking: the negative control cannot show it")
+        assert torch.isnan(direct).any()

@@ -28,6 +28,7 @@ from .decoders import (
     ConversationPrefixCache,
     DecoderControl,
     FeedForwardTailDropped,
+    FeedForwardTileOf512,
     FirstDenseBlockOnly,
     Float64DecoderControl,
     ForwardOnlyBf16Control,
@@ -40,6 +41,7 @@ from .decoders import (
     KvRecomputesFromNewRows,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
+    LayerNormChunksOf512,
     LoadedDecoderControl,
     LogitsOnlyBf16Control,
     LogSumExpFiniteMaskDecoder,
@@ -48,16 +50,23 @@ from .decoders import (
     PaddingMaskKeptByShape,
     PositionsRoundedToBf16,
     RingKvCache,
+    RingKvCacheOf1024,
+    RopeTableOf768,
+    RopeTableOf1024,
     RotateHalfAsInterleaved,
     RowLengthsMixed,
     SecondBestNearTie,
     SoftmaxInFloat32,
     StepMaskTileOf8,
+    StepMaskTileOf16,
     StepPositionsFromFirstRealToken,
     StepPositionsOffByOne,
+    StepPositionTableOf32,
     StepPositionTableOfEight,
+    TorchtuneRopeCache,
     VocabBlocksReversedPerThread,
     VocabTailBlockDropped,
+    VocabTailBlockOf1024,
 )
 from .masks import FiniteMaskAsIdeal, FiniteMaskBackwardIdeal, LogSumExpFiniteMask
 from .tiled import TiledAttention, Tiling
@@ -118,6 +127,9 @@ _LIST = [
     Control("fp16_softmax_in_float32", "a float16 decoder (forward only) whose attention weights are computed in float32, "
             "the −1e9 mask included, and rounded once: float16 overflows −1e9 to −∞",
             lambda: ForwardOnlyFp16Control("controls.fp16_softmax_in_float32", SoftmaxInFloat32), correct=True),
+    Control("rope_tables_float32", "float32/bfloat16: RoPE tables built as the upstream implementation (torchtune) builds "
+            "them, every step in float32: the angle's rounding grows with the position (~1e-5 at 200)",
+            lambda: BelowFloat64DecoderControl("controls.rope_tables_float32", TorchtuneRopeCache), correct=True),
     # tiling bugs: visible only past a block, chunk or tile
     Control("tail_block_dropped", "the key-block loop drops the partial last block (T % 64 ≠ 0, T > 64)",
             _tiled("tail_block_dropped", "tail_block_dropped"), caught_by=_ATT),
@@ -142,6 +154,21 @@ _LIST = [
             caught_by=_ATT),
     Control("query_tail_dropped", "past 256 queries, the query-block loop leaves the partial last block of 256 rows at zero",
             _tiled("query_tail_dropped", "query_tail_dropped"), caught_by=_ATT),
+    Control("decode_long_keys_plain_average", "a decoding step (one query) over 512 keys or more splits the keys and "
+            "averages the splits instead of weighting them by their LSE (prefill right)",
+            _tiled("decode_long_keys_plain_average", "decode_long_keys_plain_average"), caught_by=_ATT),
+    Control("d64_long_keys_plain_average", "the head-dim-64 kernel's path for 512 keys or more averages its key splits "
+            "instead of weighting them by their LSE (other head dims right)",
+            _tiled("d64_long_keys_plain_average", "d64_long_keys_plain_average"), caught_by=_ATT),
+    Control("whole_512_key_splits_last_dropped", "512-key splits whose last split is sized T % 512: a whole number of "
+            "splits drops the last one (a 1024-token prompt)", _tiled("whole_512_key_splits_last_dropped",
+                                                                      "full_last_block_dropped", key_block=512),
+            caught_by=_ATT),
+    Control("causal_rows_past_grid", "the causal kernel launches query rows (B·H·S) on one grid dimension of 65 535: "
+            "later rows stay zero", _tiled("causal_rows_past_grid", "causal_rows_past_grid"),
+            caught_by=("attention_causal", "attention_padding", "sdpa_identity", "attention_unmasked")),
+    Control("batch_heads_past_grid", "(batch, head) pairs launched on one grid dimension of 65 535: later pairs stay zero",
+            _tiled("batch_heads_past_grid", "batch_heads_past_grid"), caught_by=_ATT),
     Control("thread_splits_plain_average", "one key split per intra-op thread, the splits averaged instead of weighted "
             "by their LSE (exact at one thread)", _tiled("thread_splits_plain_average", "thread_splits_plain_average"),
             caught_by=("thread_counts",)),
@@ -232,6 +259,9 @@ _LIST = [
     Control("chain_gram_row_chunk_tail_dropped", "the Gram summed over query rows in chunks of 256: past 256 rows the "
             "partial last chunk is dropped", _chain("chain_gram_row_chunk_tail_dropped", "gram_row_chunk_tail_dropped"),
             caught_by=("operator_chain",)),
+    Control("chain_gram_row_chunk512_tail_dropped", "the Gram summed over query rows in chunks of 512: past 512 rows "
+            "the partial last chunk is dropped", _chain("chain_gram_row_chunk512_tail_dropped",
+                                                         "gram_row_chunk512_tail_dropped"), caught_by=("operator_chain",)),
     Control("chain_gram_pooled_over_batch", "past 16 matrices (batch × heads) a batched path pools the Gram over the batch",
             _chain("chain_gram_pooled_over_batch", "gram_pooled_over_batch"), caught_by=("operator_chain",)),
     Control("chain_power_heads_mod_16", "the power stage's weights in head chunks of 16: past 16 heads, head h reads head "
@@ -242,6 +272,12 @@ _LIST = [
     Control("feed_forward_tail_dropped", "the feed-forward's hidden units in tiles of 128 counted as dff // 128: past "
             "256 units a partial last tile is never summed", _decoder("feed_forward_tail_dropped", FeedForwardTailDropped),
             caught_by=_FWD + _CACHE),
+    Control("feed_forward_tile_512_tail_dropped", "the feed-forward's hidden units in tiles of 512 counted as dff // 512: "
+            "past 1024 units a partial last tile is never summed (the released model's dff is 2389)",
+            _decoder("feed_forward_tile_512_tail_dropped", FeedForwardTileOf512), caught_by=_FWD + _CACHE),
+    Control("layer_norm_chunks_of_512", "the decoder's LayerNorms in chunks of 512 features, the chunks' statistics "
+            "averaged without the between-chunk term (the released model's d_model is 896)",
+            _decoder("layer_norm_chunks_of_512", LayerNormChunksOf512), caught_by=_FWD + _CACHE),
     Control("chain_first_dense_block_only", "the operator chain uses only the first SwiGLU block per unit",
             _chain("chain_first_dense_block_only", "first_dense_block_only"), caught_by=("operator_chain",)),
     # cache bugs: batch > 1, padding, positions
@@ -254,6 +290,9 @@ _LIST = [
     Control("step_position_table_of_eight", "cached steps take their RoPE positions from a table of 8: from the 9th "
             "step on, every new token is rotated at the 8th step's position",
             _decoder("step_position_table_of_eight", StepPositionTableOfEight), caught_by=_CACHE),
+    Control("step_position_table_of_32", "cached steps take their RoPE positions from a table of 32: from the 33rd step "
+            "on, every new token is rotated at the 32nd step's position",
+            _decoder("step_position_table_of_32", StepPositionTableOf32), caught_by=_CACHE),
     Control("kv_stale_generator", "kv mode rebuilds G_LM from a wrongly scaled cached A",
             _decoder("kv_stale_generator", KvRecomputesFromNewRows), caught_by=_CACHE),
     Control("generated_zeros_masked", "cached steps mask each generated token of id 0 as padding",
@@ -277,9 +316,18 @@ _LIST = [
     Control("vocab_tail_block_dropped", "the vocabulary product in 512-column blocks counted as V // 512: past 512 "
             "columns the partial last block's logits stay 0", _decoder("vocab_tail_block_dropped", VocabTailBlockDropped),
             caught_by=_FWD + _CACHE),
+    Control("vocab_tail_block_of_1024_dropped", "the vocabulary product in 1024-column blocks counted as V // 1024: "
+            "past 2048 columns the partial last block's logits stay 0 (the released vocabulary is 32000)",
+            _decoder("vocab_tail_block_of_1024_dropped", VocabTailBlockOf1024), caught_by=_FWD + _CACHE),
+    Control("rope_table_of_768", "RoPE tables of 768 rows, later positions clamped to the last row (a 1024-token "
+            "context)", _decoder("rope_table_of_768", RopeTableOf768), caught_by=_FWD + _CACHE),
     Control("chunked_prefill_frozen_a", "prompts past 512 tokens prefilled in 512-token chunks, the later chunks "
             "through the kv step (G_LM from the first chunk's A)", _decoder("chunked_prefill_frozen_a",
                                                                             ChunkedPrefillFrozenA), caught_by=_FWD + _CACHE),
+    Control("rope_table_of_1024", "RoPE tables of 1024 rows whatever the context: positions past 1023 clamped to the "
+            "last row", _decoder("rope_table_of_1024", RopeTableOf1024), caught_by=_CACHE),
+    Control("ring_kv_cache_1024", "a KV cache of 1024 keys kept as a ring: past 1024 keys decoding drops the oldest",
+            _decoder("ring_kv_cache_1024", RingKvCacheOf1024), caught_by=_CACHE),
     Control("ring_kv_cache_512", "a KV cache of 512 keys kept as a ring: past 512 keys decoding drops the oldest",
             _decoder("ring_kv_cache_512", RingKvCache), caught_by=_CACHE),
     Control("padding_mask_kept_by_shape", "a loaded model keeps the prompt's padding mask until the prompt's shape "
@@ -299,6 +347,9 @@ _LIST = [
             caught_by=("collapsed_equals_kvg", "state_between_calls")),
     Control("step_mask_tile_of_8", "the decoding step in tiles of 8 rows, the padding mask indexed within the tile: rows "
             "8, 9, … use the padding of rows 0, 1, …", _decoder("step_mask_tile_of_8", StepMaskTileOf8), caught_by=_CACHE),
+    Control("step_mask_tile_of_16", "the decoding step in tiles of 16 rows, the padding mask indexed within the tile: "
+            "rows 16, 17, … use the padding of rows 0, 1, …", _decoder("step_mask_tile_of_16", StepMaskTileOf16),
+            caught_by=_CACHE),
     Control("collapsed_steps_plain_sdpa", "collapsed decoding's cached steps attend with G = I (the constant G is "
             "forgotten after the prompt)", _decoder("collapsed_steps_plain_sdpa", CollapsedStepsPlainSdpa),
             caught_by=("collapsed_equals_kvg", "state_between_calls")),

@@ -14,6 +14,7 @@ from ..adapter import Adapter
 #: Where the size-switched chain bugs switch on: Gram rows summed in chunks of 256 queries, a
 #: batched path past 16 (batch × heads) matrices, power-stage weights for heads in chunks of 16.
 GRAM_ROW_CHUNK = 256
+GRAM_ROW_CHUNK_WIDE = 512  # the same, in a kernel tuned for long prompts
 POOLED_PAST = 16
 HEAD_CHUNK = 16
 WIDTH_TILE = 64  # the metric learner's SwiGLU hidden units in tiles of 64
@@ -31,8 +32,9 @@ def _density(q_rot: Tensor, bug: str) -> Tensor:
     q = q_rot
     if bug == "gram_odd_feature_dropped" and d % 2 and d > 1:  # feature pairs: the odd last one is lost
         q = torch.cat([q[..., :-1], torch.zeros_like(q[..., -1:])], dim=-1)
-    if bug == "gram_row_chunk_tail_dropped" and s > GRAM_ROW_CHUNK and s % GRAM_ROW_CHUNK:
-        q = q[:, :, : s - s % GRAM_ROW_CHUNK]  # the partial last chunk of query rows never summed
+    chunk = {"gram_row_chunk_tail_dropped": GRAM_ROW_CHUNK, "gram_row_chunk512_tail_dropped": GRAM_ROW_CHUNK_WIDE}.get(bug)
+    if chunk and s > chunk and s % chunk:
+        q = q[:, :, : s - s % chunk]  # the partial last chunk of query rows never summed
     g = eg.density_operator(q)
     if bug == "gram_pooled_over_batch" and b * h > POOLED_PAST:  # a batched path that pools the batch
         g = g.mean(dim=0, keepdim=True).expand_as(g)
@@ -41,8 +43,8 @@ def _density(q_rot: Tensor, bug: str) -> Tensor:
 
 class ChainControl(Adapter):
     """``operator_chain`` only (float32, float64), with one ``bug``: ``first_dense_block_only``,
-    ``bias_accumulated``, or a size-switched one (odd d, past 256 query rows, past 16 matrices,
-    past 16 heads)."""
+    ``bias_accumulated``, or a size-switched one (odd d, past 256 or 512 query rows, past 16
+    matrices, past 16 heads)."""
 
     dtypes = ("float32", "float64")
     capabilities = frozenset({"operator_chain"})

@@ -88,12 +88,19 @@ class StepPositionTableOfEight(eg.EagerDecoder):
     """Cached steps read their RoPE positions from a table of 8 built at the first step: from the
     9th cached step on, every new token is rotated at the 8th step's position."""
 
+    TABLE = 8
     first_step: int | None = None
 
     def step_positions(self, offset: int, n: int) -> Tensor:
         if self.first_step is None:
             self.first_step = offset
-        return super().step_positions(min(offset, self.first_step + 7), n)
+        return super().step_positions(min(offset, self.first_step + self.TABLE - 1), n)
+
+
+class StepPositionTableOf32(StepPositionTableOfEight):
+    """As :class:`StepPositionTableOfEight` with a table of 32: from the 33rd cached step on."""
+
+    TABLE = 32
 
 
 class VocabBlocksReversedPerThread(eg.EagerDecoder):
@@ -216,6 +223,12 @@ class VocabTailBlockDropped(eg.EagerDecoder):
         return out
 
 
+class VocabTailBlockOf1024(VocabTailBlockDropped):
+    """As :class:`VocabTailBlockDropped` with blocks of 1024 columns: past 2048 columns."""
+
+    BLOCK = 1024
+
+
 class ChunkedPrefillFrozenA(eg.EagerDecoder):
     """Prompts past 512 tokens are prefilled in chunks of 512, every chunk after the first through
     the cached ``kv`` step: its G_LM comes from the first chunk's frozen A, not the whole prompt's."""
@@ -256,6 +269,12 @@ class RingKvCache(eg.EagerDecoder):
         start = offset if self.written is None else self.written  # the ring's length is not the position
         return torch.arange(start, start + n, device=self.device)
 
+
+
+class RingKvCacheOf1024(RingKvCache):
+    """As :class:`RingKvCache` with 1024 keys: past 1024 keys decoding drops the oldest."""
+
+    CAPACITY = 1024
 
 class PaddingMaskKeptByShape(eg.EagerDecoder):
     """Keeps the prompt's padding mask on the loaded model and rebuilds it only when the prompt's
@@ -366,12 +385,20 @@ class StepMaskTileOf8(eg.EagerDecoder):
     """The decoding step in tiles of 8 batch rows, the padding mask indexed by the row within its
     tile: rows 8, 9, … decode with the padding of rows 0, 1, …"""
 
+    TILE = 8
+
     def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
         b = caches[0].key_allowed.shape[0]
-        if b > 8:
+        if b > self.TILE:
             for c in caches:
-                c.key_allowed = c.key_allowed[[r % 8 for r in range(b)]].clone()
+                c.key_allowed = c.key_allowed[[r % self.TILE for r in range(b)]].clone()
         return super().step(tokens, caches, mode, constant_g)
+
+
+class StepMaskTileOf16(StepMaskTileOf8):
+    """As :class:`StepMaskTileOf8` with tiles of 16 rows: rows 16, 17, … decode with rows 0, 1, …'s padding."""
+
+    TILE = 16
 
 
 class KvPowerInActivationDtype(eg.EagerDecoder):
@@ -392,13 +419,80 @@ class FeedForwardTailDropped(eg.EagerDecoder):
     """The feed-forward's hidden units in tiles of 128, counted as ``max(1, dff // 128)``: past
     256 units a partial last tile is never summed (the gate's output projection without it)."""
 
+    TILE = 128
+
     def __init__(self, *args: Any, **kw: Any) -> None:
         super().__init__(*args, **kw)
         for name, w in list(self.p.items()):
             if name.endswith("ffn.gluw3.weight"):  # [d_model, dff]
                 w = w.clone()
-                w[:, tiles_counted_down(w.shape[1], 128) :] = 0
+                w[:, tiles_counted_down(w.shape[1], self.TILE) :] = 0
                 self.p[name] = w
+
+
+class FeedForwardTileOf512(FeedForwardTailDropped):
+    """As :class:`FeedForwardTailDropped` with tiles of 512 hidden units: past 1024 units (the
+    released model's dff is 2389)."""
+
+    TILE = 512
+
+
+class LayerNormChunksOf512(eg.EagerDecoder):
+    """The decoder's LayerNorms over d_model in chunks of 512 features, the chunks' means and
+    variances averaged with equal weights and no between-chunk term: exact up to 512 features
+    (the released model's d_model is 896)."""
+
+    CHUNK = 512
+
+    def ln(self, x: Tensor, name: str) -> Tensor:
+        n = x.shape[-1]
+        if n <= self.CHUNK:
+            return super().ln(x, name)
+        parts = x.split(self.CHUNK, dim=-1)
+        mean = torch.stack([p.mean(-1) for p in parts]).mean(0)[..., None]  # [..., 1]
+        var = torch.stack([p.var(-1, unbiased=False) for p in parts]).mean(0)[..., None]
+        return (x - mean) / torch.sqrt(var + eg.LAYER_NORM_EPS) * self.p[name + ".weight"] + self.p[name + ".bias"]
+
+
+class RopeTableOf768(eg.EagerDecoder):
+    """RoPE tables of 768 rows, positions past them clamped to the last row (queries and keys):
+    right through position 767 of a 1024-token context."""
+
+    ROWS = 768
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        return super().rotate(x, positions.clamp(max=self.ROWS - 1))
+
+
+class RopeTableOf1024(RopeTableOf768):
+    """RoPE tables of 1024 rows whatever the context: positions past 1023 clamped to the last row."""
+
+    ROWS = 1024
+
+
+class TorchtuneRopeCache(eg.EagerDecoder):
+    """Sound (a correct control below float64): RoPE as the upstream implementation builds it,
+    torchtune's ``RotaryPositionalEmbeddings`` — one cache of ``max_seq_len`` rows, θ, the angles
+    and cos/sin all in float32 — its rows gathered by position. The angle rounding grows with the
+    position (~1e-5 at 200) where the contract's float64 tables have none."""
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        c, d = self.config, self.config.depth
+        theta = 1.0 / (c.rope_base ** (torch.arange(0, d, 2)[: d // 2].float() / d))  # [d/2] float32
+        seq = torch.arange(c.max_seq_len, dtype=theta.dtype)
+        idx_theta = torch.einsum("i, j -> ij", seq, theta).float()  # [L, d/2]
+        self.cache = torch.stack([torch.cos(idx_theta), torch.sin(idx_theta)], dim=-1).to(self.device)  # [L, d/2, 2]
+
+    def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
+        rows = self.cache[positions.to(self.device).long()].to(x.dtype)  # [S, d/2, 2]
+        cos, sin = rows[..., 0], rows[..., 1]
+        d = x.shape[-1]
+        if self.config.rope_style == "interleaved":
+            x0, x1 = x[..., 0::2], x[..., 1::2]
+            return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
+        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
+        return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
 
 
 class LogSumExpFiniteMaskDecoder(eg.EagerDecoder):
@@ -527,6 +621,7 @@ __all__ = [
     "ConversationPrefixCache",
     "DecoderControl",
     "FeedForwardTailDropped",
+    "FeedForwardTileOf512",
     "FirstDenseBlockOnly",
     "Float64DecoderControl",
     "ForwardOnlyBf16Control",
@@ -539,6 +634,7 @@ __all__ = [
     "KvRecomputesFromNewRows",
     "LastLayerSkippedPastTwo",
     "LastResidualUnitSkipped",
+    "LayerNormChunksOf512",
     "LoadedDecoderControl",
     "LogSumExpFiniteMaskDecoder",
     "LogitsOnlyBf16Control",
@@ -547,13 +643,20 @@ __all__ = [
     "PaddingMaskKeptByShape",
     "PositionsRoundedToBf16",
     "RingKvCache",
+    "RingKvCacheOf1024",
+    "RopeTableOf768",
+    "RopeTableOf1024",
     "RotateHalfAsInterleaved",
     "RowLengthsMixed",
     "SecondBestNearTie",
     "SoftmaxInFloat32",
     "StepMaskTileOf8",
+    "StepMaskTileOf16",
+    "StepPositionTableOf32",
     "StepPositionTableOfEight",
     "StepPositionsFromFirstRealToken",
     "StepPositionsOffByOne",
+    "TorchtuneRopeCache",
     "VocabTailBlockDropped",
+    "VocabTailBlockOf1024",
 ]

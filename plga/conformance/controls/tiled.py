@@ -27,6 +27,7 @@ QUERY_BLOCK = 256
 ROW_CHUNK = 4096
 HEAD_DIM_TILE = 256
 BACKWARD_FEATURE_TILE = 128  # the backward's tiles of q G / k features
+GRID = 65535  # a CUDA grid's y/z dimension: rows or (batch, head) pairs past it are never launched
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,7 +95,9 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
     if bug == "wide_d_second_half_dropped" and d > HEAD_DIM_TILE:  # one 256-wide head-dim tile only
         feat = HEAD_DIM_TILE
     splits = tiling.splits
-    if bug == "long_keys_plain_average" and t >= LONG_KEYS:  # a flash-decoding path for long contexts
+    if t >= LONG_KEYS and (bug == "long_keys_plain_average"  # a flash-decoding path for long contexts
+                           or (bug == "decode_long_keys_plain_average" and s == 1)  # ... for decoding steps only
+                           or (bug == "d64_long_keys_plain_average" and d == 64)):  # ... in the d = 64 kernel only
         splits = math.ceil(t / tiling.key_block)
     if bug in ("thread_splits_plain_average", "thread_splits_tree_power_of_two"):  # a key split per intra-op thread
         splits = torch.get_num_threads()
@@ -152,6 +155,10 @@ def tiled_forward(q: Tensor, k: Tensor, v: Tensor, G: Tensor | None, *, causal: 
     rows = out.view(-1, dv)  # [B·H·S, dv]: the rows a launch over flattened queries walks
     if bug == "row_chunks_tail_dropped" and rows.shape[0] > ROW_CHUNK and rows.shape[0] % ROW_CHUNK:
         rows[rows.shape[0] - rows.shape[0] % ROW_CHUNK :] = 0  # the partial last chunk of rows is never launched
+    if bug == "causal_rows_past_grid" and causal:
+        rows[GRID:] = 0  # the causal kernel's query rows on one grid dimension: rows past it never launched
+    if bug == "batch_heads_past_grid":
+        out.view(b * h, s, dv)[GRID:] = 0  # (batch, head) pairs on one grid dimension
     return out, lse
 
 
@@ -177,7 +184,8 @@ def _split_k(parts: list[tuple[Tensor, int, int]], v: Tensor, tiling: Tiling) ->
         outs, lses = outs[:kept], lses[:kept]
         lse_all = torch.logsumexp(torch.stack(lses), dim=0)
         safe_all = torch.where(torch.isfinite(lse_all), lse_all, torch.zeros_like(lse_all))
-    if tiling.bug in ("split_k_plain_average", "long_keys_plain_average", "thread_splits_plain_average"):
+    if tiling.bug in ("split_k_plain_average", "long_keys_plain_average", "thread_splits_plain_average",
+                      "decode_long_keys_plain_average", "d64_long_keys_plain_average"):
         weights = [torch.isfinite(x).to(o.dtype) / max(1, len(outs)) for x in lses]
     else:
         weights = [torch.exp(x - safe_all) for x in lses]
