@@ -701,15 +701,13 @@ def audit_operators(g: Any, base: float = 10000.0, positions: Sequence[int] = (1
 
 def run_operator_audit(path: str | os.PathLike[str], out_dir: str | os.PathLike[str], key: str | None = None, plots: bool = True) -> dict[str, Any]:
     """``plga audit --operators FILE.npz``: audit every [L, H, d, d] array (or ``key``) of the file."""
-    path = Path(path)
-    _out_folder(out_dir)
+    path, out = Path(path), _out_folder(out_dir)
     arrays = load_operator_arrays(path, key)  # regular files only; shapes and sizes checked before reading
     for name, a in arrays.items():  # as a model's G_LM: non-finite operators have no spectrum or structure to audit
         bad = int(np.size(a) - np.count_nonzero(np.isfinite(a)))
         if bad:
             raise DataFileError(f"operator file {path}: array {name!r} holds {bad} non-finite values (NaN or ±inf); "
                                 "an operator audit needs finite operators")
-    out = _out_folder(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {
         "plga_audit_version": 1, "kind": "operators", "source": str(path), "sha256": _sha256_file(path),

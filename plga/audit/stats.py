@@ -40,6 +40,13 @@ def _largest(*xs: Array, axes: tuple[int, ...]) -> Array:
     return np.where(np.isfinite(big) & (big > 0), big, 1.0)
 
 
+def _norm(x: Any, axes: tuple[int, ...]) -> Array:
+    """The 2-norm over ``axes``, finite for every finite x (x divided by its largest entry first)."""
+    x = _f64(x)
+    big = _largest(x, axes=axes)
+    return np.squeeze(big, axis=axes) * np.linalg.norm(x / big, axis=axes)
+
+
 def _scaled(*arrays: Any, axes: tuple[int, ...] = (-2, -1)) -> list[Array]:
     """The arrays (broadcast together) divided by their common largest |entry| over ``axes``.
 
@@ -386,18 +393,19 @@ def dag_loss(m: Any) -> Array:
     From the eigenvalues λ of N = M ⊙ M: |m + log Σ e^{λ_i − m} − log d| with m = max Re λ,
     the real part taken after summing. DL(I₅) = 1; a strictly triangular M gives 0.
     """
-    n = _squares(m)
+    n, lam = _squares_and_eigvals(m)
     d = n.shape[-1]
-    lam = np.linalg.eigvals(np.where(_nonfinite(n)[..., None, None], 0.0, n))
     shift = np.max(lam.real, axis=-1, keepdims=True)
     total = np.sum(np.exp(lam - shift), axis=-1).real
     return _where_nonfinite(n, np.abs(shift[..., 0] + np.log(total) - math.log(d)))
 
 
-def _squares(m: Any) -> Array:
-    """M ⊙ M; an entry past √(float64 max) squares to +∞."""
+def _squares_and_eigvals(m: Any) -> tuple[Array, Array]:
+    """(N = M ⊙ M, the eigenvalues of N); an entry past √(float64 max) squares to +∞, and a
+    matrix N that is not finite gets the eigenvalues of 0 (:func:`_where_nonfinite` replaces them)."""
     with np.errstate(over="ignore"):
-        return _f64(m) ** 2
+        n = _f64(m) ** 2
+    return n, np.linalg.eigvals(np.where(_nonfinite(n)[..., None, None], 0.0, n))
 
 
 def _nonfinite(n: Array) -> Array:
@@ -413,8 +421,7 @@ def _where_nonfinite(n: Array, value: Array) -> Array:
 
 def notears_h(m: Any) -> Array:
     """NOTEARS obstruction h(M) = tr e^{M⊙M} − d (may overflow to +∞ for large M; diagnostic only)."""
-    n = _squares(m)
-    lam = np.linalg.eigvals(np.where(_nonfinite(n)[..., None, None], 0.0, n))
+    n, lam = _squares_and_eigvals(m)
     with np.errstate(over="ignore"):
         return _where_nonfinite(n, np.sum(np.exp(lam), axis=-1).real - n.shape[-1])
 
@@ -457,10 +464,9 @@ def ln_scale_error(d_rows: Any, s: int, eps: float = LN_EPS) -> dict[str, Array]
 def delta_stats(a: Any, b: Any) -> dict[str, float | int]:
     """Published ``delta_stats``: max_abs, l2, nonzero and entries of a − b in float64."""
     diff = _f64(a) - _f64(b)
-    big = float(_largest(diff, axes=tuple(range(diff.ndim))).ravel()[0]) if diff.size else 1.0  # the norm's squares stay finite
     return {
         "max_abs": float(np.max(np.abs(diff))) if diff.size else 0.0,
-        "l2": big * float(np.linalg.norm(diff.ravel() / big)),
+        "l2": float(_norm(diff.ravel(), axes=(0,))) if diff.size else 0.0,
         "nonzero": int(np.count_nonzero(diff)),
         "entries": int(diff.size),
     }
@@ -478,9 +484,7 @@ def log_softmax(x: Any) -> Array:
 
 def frobenius(g: Any) -> Array:
     """‖G‖_F over the last two axes, finite for every finite G (scaled by its largest entry first)."""
-    g = _f64(g)
-    big = _largest(g, axes=(-2, -1))
-    return big[..., 0, 0] * np.linalg.norm(g / big, axis=(-2, -1))
+    return _norm(g, axes=(-2, -1))
 
 
 def symmetry_defect(g: Any) -> Array:

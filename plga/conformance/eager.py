@@ -262,7 +262,12 @@ def rope(x: Tensor, positions: Tensor, base: float = 10000.0, style: str = "inte
     else:  # torchtune's RotaryPositionalEmbeddings: every step in float32
         theta = 1.0 / (base ** (torch.arange(0, d, 2, device=x.device)[: d // 2].float() / d))  # [d/2]
     angles = positions.to(device=x.device, dtype=theta.dtype)[:, None] * theta  # [S, d/2]
-    cos, sin = torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype)
+    return rotate_pairs(x, torch.cos(angles).to(x.dtype), torch.sin(angles).to(x.dtype), style)
+
+
+def rotate_pairs(x: Tensor, cos: Tensor, sin: Tensor, style: str) -> Tensor:
+    """Rotate the coordinate pairs of ``style`` of x [..., S, d] by the angles whose cos, sin [S, d/2] are given."""
+    d = x.shape[-1]
     if style == "interleaved":
         x0, x1 = x[..., 0::2], x[..., 1::2]
         return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)

@@ -486,13 +486,7 @@ class TorchtuneRopeCache(eg.EagerDecoder):
 
     def rotate(self, x: Tensor, positions: Tensor) -> Tensor:
         rows = self.cache[positions.to(self.device).long()].to(x.dtype)  # [S, d/2, 2]
-        cos, sin = rows[..., 0], rows[..., 1]
-        d = x.shape[-1]
-        if self.config.rope_style == "interleaved":
-            x0, x1 = x[..., 0::2], x[..., 1::2]
-            return torch.stack((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1).flatten(-2)
-        x0, x1 = x[..., : d // 2], x[..., d // 2 :]
-        return torch.cat((x0 * cos - x1 * sin, x0 * sin + x1 * cos), dim=-1)
+        return eg.rotate_pairs(x, rows[..., 0], rows[..., 1], self.config.rope_style)
 
 
 class LogSumExpFiniteMaskDecoder(eg.EagerDecoder):
