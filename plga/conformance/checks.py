@@ -781,7 +781,9 @@ def check_sdpa_identity(ctx: Context) -> None:
         out_i = _call(ctx, "attention", t["q"], t["k"], t["v"], eye, **kw)
         out_none = _call(ctx, "attention", t["q"], t["k"], t["v"], None, **kw)
         allowed = oracle.support_np(c.b, c.s, c.t, causal=c.causal, key_padding_mask=pad)  # [B or 1, 1, S, T] or None
-        if pad is None and c.causal and c.s == c.t:
+        # torch's is_causal kernels mask before scaling: at a scale <= 0, -inf * scale gave NaN rows
+        # (torch 2.13); SDPA's meaning there is its boolean-mask form below
+        if pad is None and c.causal and c.s == c.t and (c.scale is None or c.scale > 0):
             ref = F.scaled_dot_product_attention(t["q"], t["k"], t["v"], is_causal=True, scale=c.scale)
         elif allowed is not None:  # SDPA's boolean mask: True = may attend
             mask = torch.from_numpy(np.broadcast_to(allowed, (c.b, 1, c.s, c.t)).copy()).to(t["q"].device)  # a writable copy

@@ -162,6 +162,39 @@ def test_the_bitwise_sdpa_claim_is_checked_with_padding(monkeypatch):
     assert check_kernel(sdpa_bitwise_without_padding_only, checks=["sdpa_identity"], profile="quick").verdict == "PASS"
 
 
+def test_the_bitwise_sdpa_claim_holds_at_causal_scales_of_zero_and_below(monkeypatch):
+    """torch's is_causal kernels return NaN rows at a scale <= 0 (they mask before scaling): the
+    check's SDPA there is the boolean-mask form, which the project's sdpa backend equals bit for bit."""
+    from plga.conformance.adapters import KernelsAdapter
+
+    q, k, v = (torch.randn(1, 2, 6, 8, dtype=torch.float64) for _ in range(3))
+    assert F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=-0.5).isnan().any()  # why the form matters
+    cases = [sh.AttentionCase(1, 2, 6, 6, 8, 8, "identity", False, True, "none", scale, seed=7, label=f"boundary #{i}")
+             for i, scale in enumerate((-0.5, 0.0, 0.25))]
+    monkeypatch.setattr(sh, "boundary_attention_cases", lambda **kw: cases)
+    monkeypatch.setattr(sh, "attention_cases", lambda **kw: st.sampled_from(cases))
+    adapter = KernelsAdapter(backend="sdpa")
+    assert adapter.provides("sdpa_bitwise")
+    report = check_kernel(adapter, checks=["sdpa_identity"], dtypes=["float64", "float32"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()
+    # negative control: a kernel claiming the same whose rows at these scales are its own order is caught
+    report = check_kernel(own_order_below_positive_scales, checks=["sdpa_identity"], dtypes=["float64"], profile="quick",
+                          shrink=False)
+    assert report.failed_checks() == {"sdpa_identity"}, report.summary()
+    assert "not bit-for-bit equal" in report.failures[0].message and "scale=0.25" not in report.failures[0].message
+
+
+def own_order_below_positive_scales(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                                    scale: float | None = None) -> Any:
+    """Claims ``sdpa_bitwise``: torch SDPA at positive scales, its own order at a scale <= 0."""
+    if scale is None or scale > 0:
+        return plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale)
+    return eg.plga_attention(q, k, v, G, causal=causal, key_padding_mask=key_padding_mask, scale=scale, order="reordered")
+
+
+_declare(own_order_below_positive_scales, ("float64", "float32"), (*ATTENTION, "sdpa_bitwise"))
+
+
 def zeros_for_large_score_heads(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
                                 scale: float | None = None) -> Any:
     """bfloat16 only: the project's attention, but every (batch, head) whose largest scaled score
