@@ -256,6 +256,8 @@ def run_boundary(ctx: Context, body: Callable[[Any], None], boundary: Sequence[A
     a case still rejected is left out and named in ``ctx.left_out`` (the coverage report lists
     it: a region it alone reached is not covered at that dtype)."""
     for case in boundary if not ctx.reproduce else ():
+        if getattr(case, "dtypes", ()) and ctx.dtype not in case.dtypes:
+            continue  # a case meant for other dtypes (its own docstring says why)
         for attempt in range(BOUNDARY_RESEEDS + 1):
             try:
                 _run_case(ctx, body, case)
@@ -293,7 +295,12 @@ def _within_declared(ctx: Context, case: Any) -> Any:
 
 def _run_case(ctx: Context, body: Callable[[Any], None], case: Any) -> None:
     case = _within_declared(ctx, case)
-    body(case)
+    try:
+        body(case)
+    except AssertionError as exc:  # a failure raised before the body described its case (an exception of the kernel's)
+        if hasattr(case, "describe") and "case (" not in str(exc) and not any("case (" in n for n in getattr(exc, "__notes__", ())):
+            exc.add_note(case.describe())
+        raise
     regions = case.regions() if hasattr(case, "regions") else getattr(case, "covered", None)
     if regions:
         ctx.cover(regions)
@@ -504,9 +511,16 @@ def check_attention_finite_mask(ctx: Context) -> None:
                  boundary=sh.boundary_attention_cases(causal=None, paddings=paddings, seed=ctx.seed))
 
 
+#: The masked keys of ``attention_mask_dominance`` keep k Gᵀ below this fraction of the dtype's
+#: largest value (room for a key-side kernel's sums).
+KEY_SIDE_ROOM = 1 / 8
+
+
 @register("attention_mask_dominance", "attention", requires=("attention", "key_padding_mask"))
 def check_attention_mask_dominance(ctx: Context) -> None:
     """Masked keys with scores ~300 above the rest and values ~100 still get exactly zero weight."""
+    import torch
+
     def body(c: sh.AttentionCase) -> None:
         _assume(c.pad is not None and c.pad.any())
         _assume(c.scale is None or c.scale >= 0.01)  # masked keys are placed to score +300 after scaling
@@ -522,6 +536,9 @@ def check_attention_mask_dominance(ctx: Context) -> None:
         k = np.where(padded, 300.0 / scale * direction, k)
         v = np.where(padded, 100.0, v)
         c.q, c.k, c.v = q, k, v
+        # a sound kernel may apply G on the key side (k Gᵀ, the same scores): the masked keys'
+        # k Gᵀ must fit the dtype too (a sentinel G of 700 heads took it past float16's range)
+        _assume(float(np.abs(k @ np.swapaxes(g, -1, -2)).max()) <= torch.finfo(getattr(torch, ctx.dtype)).max * KEY_SIDE_ROOM)
         t = c.tensors(ctx.dtype, ctx.device)
         kw = dict(causal=c.causal, key_padding_mask=t["key_padding_mask"], scale=c.scale)
         truth = oracle.truth_attention(t["q"], t["k"], t["v"], t["G"], mp=ctx.mp and c.small, **kw)
@@ -607,6 +624,83 @@ BACKWARD_FINITE_SHAPES = ((2, 3, 5, 7, 4, 3, "random", True, False, "full_rows")
                           (1, 2, 4, 70, 16, 16, "random", False, False, "full_rows"))
 
 
+#: The explicit cases of the backward's layouts (same fields), taken in turn: two batch rows
+#: and four heads (a sum over heads or batch rows counted twice shows), causal with S < T and
+#: right padding, then S > T unpadded.
+BACKWARD_LAYOUT_SHAPES = ((2, 4, 5, 9, 8, 8, "random", False, True, "right"),
+                          (2, 3, 7, 4, 8, 6, "random", True, False, "none"))
+
+
+#: How the backward's inputs reach the kernel (the gradients' values are the same; a backward
+#: written for one layout can be wrong in another): ``plain`` — four contiguous leaves, each
+#: requiring grad; ``shared_kv`` — keys and values of one head expanded over every head (head
+#: stride 0, a multi-query caller: their gradient is the sum over heads, once); ``g_over_batch``
+#: — one per-head G expanded over the batch (batch stride 0); ``permuted`` — q, k, v stored
+#: [B, S, H, d] and G transposed (a forward that honours strides and a backward that reads its
+#: saved inputs as contiguous disagree); ``strided_dout`` — the output's gradient reaches the
+#: backward as a transposed view (the loss reads the output as [B, S, H, dv]); ``frozen_*`` —
+#: that input does not require grad (a frozen G, a constant key), the others' gradients judged.
+BACKWARD_LAYOUTS = ("plain", "shared_kv", "g_over_batch", "permuted", "strided_dout", "frozen_q", "frozen_k", "frozen_v", "frozen_g")
+
+
+def backward_layouts(c: sh.AttentionCase) -> tuple[str, ...]:
+    """The layouts of :data:`BACKWARD_LAYOUTS` that mean something for case ``c``."""
+    has_g = c.g is not None
+    return tuple(lay for lay in BACKWARD_LAYOUTS if not ((lay == "shared_kv" and c.h == 1) or (lay in ("g_over_batch", "frozen_g")
+                                                                                                and not has_g) or (lay == "g_over_batch" and c.b == 1)))
+
+
+#: The label of the explicit case of each backward layout, before the layout's name.
+LAYOUT_LABEL = "boundary: inputs "
+
+
+def _backward_layout(c: sh.AttentionCase) -> str:
+    """The layout case ``c`` is run in: its explicit case's, one by its seed for a drawn case
+    (among :func:`backward_layouts`), else ``plain``."""
+    if c.label.startswith(LAYOUT_LABEL):
+        return c.label.removeprefix(LAYOUT_LABEL)
+    if c.label == "drawn":
+        layouts = backward_layouts(c)
+        return layouts[c.seed % len(layouts)]
+    return "plain"
+
+
+def _prepare_layout(c: sh.AttentionCase, layout: str) -> None:
+    """Make the case's values fit ``layout``: one head's keys and values for every head
+    (``shared_kv``), one per-head G for every batch row (``g_over_batch``)."""
+    if layout == "shared_kv":
+        c.k[:, 1:], c.v[:, 1:] = c.k[:, :1], c.v[:, :1]
+    elif layout == "g_over_batch" and c.g_batched:
+        c.g, c.g_batched = c.g[0], False
+
+
+def _backward_inputs(t: dict[str, Any], names: Sequence[str], dtype: Any, layout: str) -> tuple[list[Any], list[Any], list[Any]]:
+    """(leaves, the attention call's q, k, v, G, how to read each judged gradient back as [B, H, …])
+    for ``layout`` (:data:`BACKWARD_LAYOUTS`); a frozen input is passed but not a leaf."""
+    leaves, args, reads = [], [], []
+    for n in names:
+        x = t[n].detach().to(dtype)
+        frozen = layout == f"frozen_{n.lower()}"
+        if layout == "shared_kv" and n in ("k", "v"):
+            leaf = x[:, :1].clone().requires_grad_(True)  # [B, 1, T, d]
+            arg, read = leaf.expand(-1, x.shape[1], -1, -1), (lambda g: g)
+        elif layout == "g_over_batch" and n == "G":
+            leaf = x.clone().requires_grad_(True)  # [H, d, d]
+            arg, read = leaf.expand(t["q"].shape[0], -1, -1, -1), (lambda g: g)  # [B, H, d, d], batch stride 0
+        elif layout == "permuted":
+            dims = (-1, -2) if n == "G" else (1, 2)
+            leaf = x.transpose(*dims).contiguous().requires_grad_(not frozen)
+            arg, read = leaf.transpose(*dims), (lambda g, dims=dims: g.transpose(*dims))
+        else:
+            leaf = x.requires_grad_(not frozen)
+            arg, read = leaf, (lambda g: g)
+        args.append(arg)
+        if not frozen:
+            leaves.append(leaf)
+            reads.append(read)
+    return leaves, args, reads
+
+
 @register("attention_backward", "attention", requires=("attention", "backward"), dtypes=("float32", "bfloat16", "float16"))
 def check_attention_backward(ctx: Context) -> None:
     """Gradients with respect to q, k, v and G (G given, or None: q, k, v only) match float64 autograd.
@@ -617,7 +711,9 @@ def check_attention_backward(ctx: Context) -> None:
     ``attention_padding``: their output is the constant 0, so their gradients are 0 (a backward
     that recomputes P as exp(s − lse) with lse = −inf there returns NaN). G = None (the
     identity, no dG) runs in two explicit cases and in the draws: a kernel may take a separate
-    path for it. Where the implementation declares ``finite_mask``, explicit cases run under it:
+    path for it. The inputs reach the kernel in each of :data:`BACKWARD_LAYOUTS` (one explicit
+    case each; a drawn case takes one by its seed), truth and baselines taking them the same
+    way. Where the implementation declares ``finite_mask``, explicit cases run under it:
     a query row with no allowed key then averages every value and passes gradient to all of
     them (a backward that recomputes P under the ideal mask drops it). Such a row's query is
     zero there, so its scores are equal and the row uniform in every precision: below float64,
@@ -630,6 +726,8 @@ def check_attention_backward(ctx: Context) -> None:
         _empty_first_queries(c)
         if finite_mask:
             c.zero_queries_without_key()  # equal scores: those rows are uniform in every precision
+        layout = _backward_layout(c)
+        _prepare_layout(c, layout)
         t = c.tensors(ctx.dtype, ctx.device)
         scores = ExactScores.of(t, c.causal, c.scale)
         w = torch.from_numpy(np.random.default_rng(c.seed + 3).standard_normal((c.b, c.h, c.s, c.dv))).to(t["q"])
@@ -638,31 +736,38 @@ def check_attention_backward(ctx: Context) -> None:
         _assume(scores.max_abs()[0] <= sh.MAX_ABS_SCORE)
 
         names = ("q", "k", "v") if t["G"] is None else ("q", "k", "v", "G")  # G = None has no gradient
+        judged_names = [n for n in names if layout != f"frozen_{n.lower()}"]
 
         def grads(fn: Callable[..., Any], dtype: Any, foreign: bool = False, **extra: Any) -> list[Any]:
-            leaves = [t[n].detach().to(dtype).requires_grad_(True) for n in names]
-            out = fn(*leaves[:3], leaves[3] if len(leaves) == 4 else None, **kw, **extra)
-            loss = (out * w.to(dtype)).sum()
+            leaves, args, reads = _backward_inputs(t, names, dtype, layout)
+            out = fn(*args[:3], args[3] if len(args) == 4 else None, **kw, **extra)
+            if layout == "strided_dout":  # the loss reads out as [B, S, H, dv]: dO arrives transposed
+                loss = (out.transpose(1, 2) * w.to(dtype).transpose(1, 2).contiguous()).sum()
+            else:
+                loss = (out * w.to(dtype)).sum()
             if foreign:  # the implementation's autograd backward runs here: guarded like an operation
                 guarded("attention backward", loss.backward)
             else:
                 loss.backward()
-            return [x.grad if x.grad is not None else torch.zeros_like(x) for x in leaves]
+            return [read(x.grad) if x.grad is not None else read(torch.zeros_like(x)) for x, read in zip(leaves, reads, strict=True)]
 
         truth = grads(eg.plga_attention, torch.float64)
         kern = grads(lambda *a, **k: _call(ctx, "attention", *a, **k), t["q"].dtype, foreign=True)
         base = [grads(eg.plga_attention, t["q"].dtype, order=o) for o in eg.ATTENTION_ORDERS]
-        mags = backward_magnitudes(t, w, scores, finite_mask)
+        mags = dict(zip(names, backward_magnitudes(t, w, scores, finite_mask), strict=False))
+        sums = {"shared_kv": {"k": c.h, "v": c.h}, "g_over_batch": {"G": c.b}}.get(layout, {})  # a leaf's gradient sums these
         mask = ", finite mask" if finite_mask else ""
-        for i, name in enumerate(("dq", "dk", "dv", "dG")[: len(names)]):
+        how = "" if layout == "plain" else f", inputs {layout}"
+        for i, name in enumerate(judged_names):
             judged = None
-            if finite_mask and name == "dq" and scores.allowed is not None:
+            if finite_mask and name == "q" and scores.allowed is not None:
                 # a row with no key is uniform below float64 whatever its q: autograd of the eager
                 # math still passes it the softmax Jacobian, a kernel that averages the values there
                 # passes 0 — both sound; its dq is left open (its q = 0 adds nothing to dk, dG)
                 judged = scores.allowed.any(axis=-1, keepdims=True)  # [B or 1, 1, S, 1]
             assert_conforms(kern[i], [b[i] for b in base], truth[i], dtype=ctx.dtype, k=k_for("attention_backward"),
-                            what=f"attention backward {name}{mask}", note=c.describe(), magnitude=mags[i], judged=judged)
+                            what=f"attention backward d{name}{mask}{how}", note=c.describe() + (f"; inputs {layout}" if how else ""),
+                            magnitude=mags[name] * sums.get(name, 1), judged=judged)
 
     def case(i: int, shape: tuple[Any, ...], label: str) -> sh.AttentionCase:
         b, h, s, t_len, d, dv, fam, batched, causal, pad = shape
@@ -680,6 +785,8 @@ def check_attention_backward(ctx: Context) -> None:
                          label="boundary: G=None, causal"),
     ]
     boundary += [case(i, shape, "boundary: backward sizes") for i, shape in enumerate(BACKWARD_SIZE_SHAPES)]
+    boundary += [case(20 + i, BACKWARD_LAYOUT_SHAPES[i % len(BACKWARD_LAYOUT_SHAPES)], LAYOUT_LABEL + lay)
+                 for i, lay in enumerate(BACKWARD_LAYOUTS[1:])]
     if ctx.adapter.provides("finite_mask"):
         finite = [case(10 + i, shape, "boundary: finite mask") for i, shape in enumerate(BACKWARD_FINITE_SHAPES)]
         run_boundary(ctx, lambda c: body(c, finite_mask=True), finite)

@@ -347,3 +347,62 @@ def test_a_float16_decoder_with_its_softmax_in_float32_passes(monkeypatch):
     monkeypatch.setattr(checks, "_baseline_decoders", lambda state, config: [d for d in full(state, config)
                                                                               if d.softmax_dtype == d.dtype])
     assert check_kernel(control.make(), checks=names, profile="quick").verdict == "FAIL"
+
+
+def key_side_g_float16(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                       scale: float | None = None) -> Any:
+    """Correct (an outside audit's): G applied on the key side, k Gᵀ, then torch SDPA with the
+    boolean mask — the same scores in another association."""
+    k_g = k if G is None else k @ G.transpose(-1, -2)  # [B, H, T, d]
+    allowed = KF.attention_support(q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+    out = F.scaled_dot_product_attention(q, k_g, v, attn_mask=allowed, scale=scale)  # [B, H, S, dv]
+    return out if allowed is None else out.masked_fill(~allowed.any(-1, keepdim=True), 0.0)
+
+
+_declare(key_side_g_float16, ("float16",), ATTENTION)
+
+
+def test_a_kernel_applying_g_on_the_key_side_passes_mask_dominance_in_float16(monkeypatch):
+    """The masked keys are placed to score +300 through q G; k Gᵀ of those keys passed
+    float16's range under the 700-head sentinel G, and a sound key-side kernel failed. Such a
+    case is now not judged at that dtype (named in the coverage's left-out list)."""
+    report = check_kernel(key_side_g_float16, checks=["attention_mask_dominance"], profile="quick", shrink=False)
+    assert report.verdict == "PASS", report.summary()
+    assert "boundary #27" in report.results[0].left_out
+    monkeypatch.setattr(checks, "KEY_SIDE_ROOM", math.inf)  # negative control: judged as before
+    report = check_kernel(key_side_g_float16, checks=["attention_mask_dominance"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"attention_mask_dominance"} and "non-finite" in report.failures[0].message, report.summary()
+
+
+def float16_accumulator(q: Any, k: Any, v: Any, G: Any, *, causal: bool = False, key_padding_mask: Any = None,
+                        scale: float | None = None) -> Any:
+    """float16 only (an outside audit's): an online softmax over 64-key blocks whose scores,
+    running max and sum are float32 but whose unnormalised Σ e·v stays in float16."""
+    sc = 1 / math.sqrt(q.shape[-1]) if scale is None else scale
+    qg = q.float() if G is None else q.float() @ G.float()  # [B, H, S, d]
+    allowed = KF.attention_support(q.shape[2], k.shape[2], causal=causal, key_padding_mask=key_padding_mask, device=q.device)
+    m = torch.full((*q.shape[:3], 1), -math.inf)
+    total, acc = torch.zeros_like(m), torch.zeros(*q.shape[:3], v.shape[-1], dtype=torch.float16)
+    for k0 in range(0, k.shape[2], 64):
+        x = sc * (qg @ k[:, :, k0 : k0 + 64].float().transpose(-1, -2))  # [B, H, S, 64]
+        if allowed is not None:
+            x = x.masked_fill(~allowed[..., k0 : k0 + 64], -math.inf)
+        m_new = torch.maximum(m, x.amax(-1, keepdim=True))
+        safe = torch.where(torch.isfinite(m_new), m_new, torch.zeros_like(m_new))
+        p, alpha = torch.exp(x - safe), torch.exp(m - safe)
+        total = total * alpha + p.sum(-1, keepdim=True)
+        acc = (acc.float() * alpha + p @ v[:, :, k0 : k0 + 64].float()).half()  # the bug: kept in float16
+        m = m_new
+    return torch.where(total > 0, acc.float() / total.clamp_min(1e-30), 0.0).half()
+
+
+_declare(float16_accumulator, ("float16",), ATTENTION)
+
+
+def test_a_float16_accumulator_overflows_on_large_values_over_long_keys(monkeypatch):
+    report = check_kernel(float16_accumulator, checks=["attention_unmasked"], profile="quick", shrink=False)
+    assert report.failed_checks() == {"attention_unmasked"}, report.summary()
+    assert "values=+100" in report.failures[0].message and "non-finite" in report.failures[0].message
+    # negative control: without the large-values case (values of mean 0 only) it passes
+    monkeypatch.setattr(sh, "LARGE_VALUES_SHAPE", (*sh.LARGE_VALUES_SHAPE[:-1], 0.0))
+    assert check_kernel(float16_accumulator, checks=["attention_unmasked"], profile="quick").verdict == "PASS"

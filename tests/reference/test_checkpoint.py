@@ -328,3 +328,22 @@ def test_load_collapsed_refuses_what_is_not_collapsed(tmp_path, params):
     (tmp_path / "two" / "other.safetensors").write_bytes((tmp_path / "two" / "model.safetensors").read_bytes())
     with pytest.raises(CheckpointError, match=r"exactly one \.safetensors"):
         load_collapsed(tmp_path / "two")
+
+
+def test_bfloat16_pth_is_widened_exactly_beyond_float16s_range(tmp_path, params):
+    """A bfloat16 ``.pth`` keeps float32's exponent range: values past float16's 65 504 and below
+    its normal range (~6e-5) must come back bit for bit (a widening through float16 gave inf and
+    rounded subnormals)."""
+    torch = pytest.importorskip("torch")
+    weight = params["final_layer.weight"].copy()
+    weight.flat[:4] = [3.0, 1e-6, 1e5, -2.5e-7]
+    params = {**params, "final_layer.weight": weight}
+    path = tmp_path / "model.pth"
+    state = {k: torch.from_numpy(v) for k, v in params.items()}
+    state["final_layer.weight"] = state["final_layer.weight"].bfloat16()
+    torch.save({"model_state_dict": state}, path)
+    loaded, _ = load_checkpoint(path, max_seq_len=64)
+    want = state["final_layer.weight"].float().numpy()  # torch's own widening: exact
+    np.testing.assert_array_equal(loaded["final_layer.weight"], want)
+    assert np.isfinite(want).all() and want.flat[2] > 65504 and 0 < want.flat[1] < 6e-5  # the ranges are exercised
+    assert not np.isfinite(want.flat[:4].astype(np.float16)).all(), "negative control: float16 cannot hold them"

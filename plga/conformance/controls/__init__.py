@@ -232,6 +232,23 @@ _LIST = [
     Control("backward_query_tail_dropped", "past 256 queries, the backward's query-block loop skips the partial last "
             "block (its dQ rows zero, its share of dK, dV, dG lost)",
             _tiled("backward_query_tail_dropped", "backward_query_tail_dropped"), caught_by=_BWD),
+    Control("backward_shared_kv_summed", "keys and values expanded over heads (a multi-query caller): the backward sums "
+            "dK, dV over heads itself and returns the sum for every head, which autograd's expand sums again (H× too large)",
+            _tiled("backward_shared_kv_summed", "backward_shared_kv_summed"), caught_by=_BWD),
+    Control("backward_g_over_batch_summed", "a per-head G expanded over the batch: the backward sums dG over the batch "
+            "itself, which autograd's expand sums again (B× too large)",
+            _tiled("backward_g_over_batch_summed", "backward_g_over_batch_summed"), caught_by=_BWD),
+    Control("backward_frozen_g_dropped", "a G that does not require grad (frozen) sends dQ down the G = None path: "
+            "dQ without the factor Gᵀ", _tiled("backward_frozen_g_dropped", "backward_frozen_g_dropped"), caught_by=_BWD),
+    Control("backward_needs_grad_off_by_one", "dK is computed only when v requires grad (needs_input_grad[2] for [1]): "
+            "a trainable k beside a frozen v gets no gradient",
+            _tiled("backward_needs_grad_off_by_one", "backward_needs_grad_off_by_one"), caught_by=_BWD),
+    Control("backward_dout_as_contiguous", "the backward reads the output's gradient as if contiguous: wrong when it "
+            "arrives as a view (a loss over the output read as [B, S, H, dv])",
+            _tiled("backward_dout_as_contiguous", "backward_dout_as_contiguous"), caught_by=_BWD),
+    Control("backward_saved_inputs_as_contiguous", "the forward honours strides, the backward reads its saved q, k, v as "
+            "if contiguous (wrong for q, k, v sliced from a fused or transposed buffer)",
+            _tiled("backward_saved_inputs_as_contiguous", "backward_saved_inputs_as_contiguous"), caught_by=_BWD),
     Control("finite_mask_backward_ideal", "the finite mask's forward right, its backward from the ideal mask: a row with "
             "no allowed key passes no gradient to the values it averages",
             lambda: FiniteMaskBackwardIdeal("controls.finite_mask_backward_ideal"), caught_by=_BWD),

@@ -202,6 +202,8 @@ class FlashBackward(torch.autograd.Function):
         out, lse = tiled_forward(q, k, v, G, causal=causal, key_padding_mask=pad, scale=scale, tiling=tiling)
         ctx.save_for_backward(q, k, v, G, out, lse)
         ctx.causal, ctx.pad, ctx.scale, ctx.tiling = causal, pad, scale, tiling
+        ctx.kv_shared = k.shape[1] > 1 and k.stride(1) == 0 and v.stride(1) == 0  # a multi-query caller's expanded k, v
+        ctx.g_over_batch = G is not None and G.ndim == 4 and G.shape[0] > 1 and G.stride(0) == 0
         return out
 
     @staticmethod
@@ -209,6 +211,11 @@ class FlashBackward(torch.autograd.Function):
         q, k, v, G, out, lse = ctx.saved_tensors
         tiling: Tiling = ctx.tiling
         bug = tiling.bug
+        as_contiguous = lambda x: torch.as_strided(x, x.shape, torch.empty(x.shape).stride(), x.storage_offset())  # noqa: E731
+        if bug == "backward_dout_as_contiguous":  # a native backward handed dO's pointer, assuming a contiguous layout
+            dout = as_contiguous(dout)
+        if bug == "backward_saved_inputs_as_contiguous":  # ... handed the saved q, k, v's pointers the same way
+            q, k, v = as_contiguous(q), as_contiguous(k), as_contiguous(v)
         b, _, s, d = q.shape
         t = k.shape[2]
         sc = 1.0 / math.sqrt(d) if ctx.scale is None else float(ctx.scale)
@@ -237,7 +244,8 @@ class FlashBackward(torch.autograd.Function):
             cut = d - d % BACKWARD_FEATURE_TILE  # feature tiles of 128 counted as d // 128: the partial last one is lost
             dqg[..., cut:] = 0
             dk[..., cut:] = 0
-        dq = dqg if G is None else dqg @ G.transpose(-1, -2)
+        frozen_g = G is not None and not ctx.needs_input_grad[3]
+        dq = dqg if G is None or (bug == "backward_frozen_g_dropped" and frozen_g) else dqg @ G.transpose(-1, -2)
         dG = None
         if G is not None:
             dG = q.transpose(-1, -2) @ dqg  # [B, H, d, d]
@@ -245,6 +253,12 @@ class FlashBackward(torch.autograd.Function):
                 dG = dG.sum(dim=0)
             if bug == "dg_transposed":
                 dG = dG.transpose(-1, -2)
+            if bug == "backward_g_over_batch_summed" and ctx.g_over_batch:  # summed here, and again by autograd's expand
+                dG = dG.sum(dim=0, keepdim=True).expand_as(dG)
+        if bug == "backward_shared_kv_summed" and ctx.kv_shared:  # summed over heads here, and again by autograd's expand
+            dk, dv = dk.sum(dim=1, keepdim=True).expand_as(dk), dv.sum(dim=1, keepdim=True).expand_as(dv)
+        if bug == "backward_needs_grad_off_by_one" and not ctx.needs_input_grad[2]:
+            dk = None  # dK gated on v's flag (needs_input_grad[2]) instead of k's ([1])
         return dq, dk, dv, dG, None, None, None, None
 
 
