@@ -644,10 +644,21 @@ BACKWARD_LAYOUTS = ("plain", "shared_kv", "g_over_batch", "permuted", "strided_d
 
 
 def backward_layouts(c: sh.AttentionCase) -> tuple[str, ...]:
-    """The layouts of :data:`BACKWARD_LAYOUTS` that mean something for case ``c``."""
-    has_g = c.g is not None
-    return tuple(lay for lay in BACKWARD_LAYOUTS if not ((lay == "shared_kv" and c.h == 1) or (lay in ("g_over_batch", "frozen_g")
-                                                                                                and not has_g) or (lay == "g_over_batch" and c.b == 1)))
+    """The layouts of :data:`BACKWARD_LAYOUTS` that mean something for case ``c``: sharing keys
+    needs two heads, expanding G two batch rows, and both G layouts a G."""
+    unfit = set()
+    if c.h == 1:
+        unfit.add("shared_kv")
+    if c.b == 1:
+        unfit.add("g_over_batch")
+    if c.g is None:
+        unfit |= {"g_over_batch", "frozen_g"}
+    return tuple(lay for lay in BACKWARD_LAYOUTS if lay not in unfit)
+
+
+def _frozen(layout: str, name: str) -> bool:
+    """Whether input ``name`` (q, k, v, G) does not require grad in ``layout``."""
+    return layout == f"frozen_{name.lower()}"
 
 
 #: The label of the explicit case of each backward layout, before the layout's name.
@@ -680,7 +691,7 @@ def _backward_inputs(t: dict[str, Any], names: Sequence[str], dtype: Any, layout
     leaves, args, reads = [], [], []
     for n in names:
         x = t[n].detach().to(dtype)
-        frozen = layout == f"frozen_{n.lower()}"
+        frozen = _frozen(layout, n)
         if layout == "shared_kv" and n in ("k", "v"):
             leaf = x[:, :1].clone().requires_grad_(True)  # [B, 1, T, d]
             arg, read = leaf.expand(-1, x.shape[1], -1, -1), (lambda g: g)
@@ -736,7 +747,7 @@ def check_attention_backward(ctx: Context) -> None:
         _assume(scores.max_abs()[0] <= sh.MAX_ABS_SCORE)
 
         names = ("q", "k", "v") if t["G"] is None else ("q", "k", "v", "G")  # G = None has no gradient
-        judged_names = [n for n in names if layout != f"frozen_{n.lower()}"]
+        judged_names = [n for n in names if not _frozen(layout, n)]
 
         def grads(fn: Callable[..., Any], dtype: Any, foreign: bool = False, **extra: Any) -> list[Any]:
             leaves, args, reads = _backward_inputs(t, names, dtype, layout)

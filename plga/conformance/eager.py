@@ -360,7 +360,7 @@ class EagerDecoder:
         A = metric_learner(density_operator(q_rot.to(self.chain_dtype), self.order), w, self.order)  # [B, H, d, d]
         signs = torch.randint(0, 2, A.shape, generator=torch.Generator().manual_seed(7919 + i)) * 2 - 1
         A = A + self.jitter * A.abs().amax(-1, keepdim=True) * signs.to(device=A.device, dtype=A.dtype)  # [B, H, d, d]
-        return (A, *power_stage(A, w["W"], w["b"], w["P"], w["a"], w["b_a"], self.order))
+        return (A, *self.power(i, A))
 
     def power(self, i: int, A: Tensor) -> tuple[Tensor, Tensor, Tensor]:
         w = cast_layer_weights(self.layer_weights(i), self.chain_dtype, self.device)

@@ -270,11 +270,11 @@ class RingKvCache(eg.EagerDecoder):
         return torch.arange(start, start + n, device=self.device)
 
 
-
 class RingKvCacheOf1024(RingKvCache):
     """As :class:`RingKvCache` with 1024 keys: past 1024 keys decoding drops the oldest."""
 
     CAPACITY = 1024
+
 
 class PaddingMaskKeptByShape(eg.EagerDecoder):
     """Keeps the prompt's padding mask on the loaded model and rebuilds it only when the prompt's
