@@ -262,7 +262,7 @@ def _run_and_report(
     print(f"plga bench: {len(cases)} cases, configs {','.join(configs)}, load average {load_start}", file=sys.stderr, flush=True)
     limits, limits_end, used, rows = _run_cases(args, cases)
     add_ratios(rows)
-    verdicts = evaluate_targets(rows, limits=limits)
+    verdicts = evaluate_targets(rows, limits=used or limits)
     doc: dict[str, Any] = {
         "schema": SCHEMA,
         "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),

@@ -40,6 +40,8 @@ class Target:
     measure: Measure
     measured_by_command: str = ""  # the --cases kind whose command case it reads ("" : none)
     premise: Callable[[dict[str, Any]], str] | None = None  # why the run's machine cannot measure it ("": it can)
+    #: why a missed goal is above what the run's arithmetic allows ("": it is not), from its rows and limits
+    bound: Callable[[list[Row], dict[str, Any]], str] | None = None
 
 
 @dataclasses.dataclass
@@ -280,6 +282,29 @@ def _decode(cfg: str, mode: str, batch: int = 1, **extra: Any) -> dict[str, Any]
     return dict(kind="decode", config=cfg, impl="fused", batch=batch, mode=mode, **extra)
 
 
+def eager_speedup_bound(want: dict[str, Any]) -> Callable[[list[Row], dict[str, Any]], tuple[float, str] | None]:
+    """The most the fused row matching ``want`` can gain over the eager row of the same
+    workload in this run, and why: the eager time ÷ the time of the fused path's own matrix
+    products at the run's float32 matmul peak (its counted FLOPs,
+    :func:`~plga.bench.flops.forward_flops`, are what the peak bounds; the rest of its work only
+    adds time). None where a row, a FLOP count or the peak is missing. (A paper-110m ``nocache``
+    pass at batch 1 is mostly its layers' products, which both paths compute: eager's extra
+    all-position logits make it only ~1.6× the fused FLOPs.)"""
+    def bound(rows: list[Row], limits: dict[str, Any]) -> tuple[float, str] | None:
+        fused, eager = find(rows, **want), find(rows, **{**want, "impl": "eager"})
+        peak = (limits.get("matmul_float32") or {}).get("gflops_best")
+        if fused is None or eager is None or not fused.flops or not eager.flops or not eager.median_s or not peak:
+            return None
+        floor_s = fused.flops / (peak * 1e9)  # the fused products alone, at the matmul peak
+        eager_gflops = eager.flops / eager.median_s / 1e9
+        return eager.median_s / floor_s, (
+            f"eager computes {eager.flops / fused.flops:.2f}× the fused path's matrix FLOPs here and ran at {eager_gflops:.0f} "
+            f"GFLOP/s ({eager_gflops / peak:.0%} of the run's {peak:.0f} GFLOP/s matmul peak); at that peak the fused products "
+            f"alone take {floor_s:.3g} s against eager's {eager.median_s:.3g} s")
+
+    return bound
+
+
 def _targets() -> tuple[Target, ...]:
     out: list[Target] = []
     big = dict(kind="prefill", config="paper-110m", impl="fused", batch=8, seq=1024)
@@ -302,10 +327,11 @@ def _targets() -> tuple[Target, ...]:
                           ratio("decode_tokens_per_s", _decode("small", mode, batch=8, **cap), _decode("small", mode, **cap))))
     for cfg in ("small", "paper-110m"):
         out.append(Target(f"nocache/{cfg}", f"decode nocache @ {cfg}: speed-up vs eager", ">=", 2.5, "×",
-                          "eager time ÷ fused time, " + PAIRED, field("speedup_vs_eager", **_decode(cfg, "nocache"))))
+                          "eager time ÷ fused time, " + PAIRED, field("speedup_vs_eager", **_decode(cfg, "nocache")),
+                          bound=eager_speedup_bound(_decode(cfg, "nocache"))))
     out += [
         Target("prefill/speedup/paper-110m/b8s1024", "prefill paper-110m b8 s1024: speed-up vs eager", ">=", 1.8, "×",
-               "eager time ÷ fused time, " + PAIRED, field("speedup_vs_eager", **big)),
+               "eager time ÷ fused time, " + PAIRED, field("speedup_vs_eager", **big), bound=eager_speedup_bound(big)),
         Target("prefill/roofline/paper-110m/b8s1024", "prefill paper-110m b8 s1024: fraction of matmul roofline", ">=", 0.85, "",
                "achieved GFLOP/s ÷ float32 2048² matmul peak (the faster of torch.matmul and the kernels' GEMM)", field("roofline_fraction", **big)),
         Target("prefill/roofline/paper-110m/b8s512", "prefill paper-110m b8 s512: fraction of matmul roofline", ">=", 0.75, "",
@@ -387,9 +413,20 @@ def low_precision_bound(target: Target, limits: dict[str, Any] | None) -> str:
             f"a {target.threshold:g}× speed-up of matmul-bound prefill is above what its arithmetic allows")
 
 
+def arithmetic_bound(target: Target, rows: list[Row], limits: dict[str, Any] | None) -> str:
+    """Why ``target``'s goal is above the most its rows' arithmetic allows in this run
+    (:attr:`Target.bound`), or "" when it has no bound or the bound allows the goal."""
+    found = target.bound(rows, limits or {}) if target.bound else None
+    if found is None or found[0] >= target.threshold:
+        return ""
+    most, how = found
+    return f"{how}: at most {most:.2f}×, below the {target.threshold:g}× goal unless its products outrun that peak"
+
+
 def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, limits: dict[str, Any] | None = None) -> list[Verdict]:
-    """Every target judged on the rows of one run (``limits``: the run's machine limits, which
-    say when a target's premise does not hold on this host)."""
+    """Every target judged on the rows of one run (``limits``: the run's machine limits — the
+    higher of the start's and the end's, as the rows' fractions use them — which say when a
+    target's premise does not hold on this host and bound what its arithmetic allows)."""
     out = []
     for t in targets:
         unfit = t.premise(limits or {}) if t.premise else ""
@@ -402,10 +439,10 @@ def evaluate_targets(rows: list[Row], targets: tuple[Target, ...] = TARGETS, lim
             why = f"not run: add '{t.measured_by_command}' to --cases"
         v = judge(t, measured, why)
         if v.status == "missed":
-            v.why = "; ".join(s for s in (low_precision_bound(t, limits), v.why) if s)
+            v.why = "; ".join(s for s in (low_precision_bound(t, limits), arithmetic_bound(t, rows, limits), v.why) if s)
         out.append(v)
     return out
 
 
-__all__ = ["H200_BASELINE_TOKENS_PER_S", "NO_LOW_PRECISION_ARITHMETIC", "PAIRED", "REPORT", "TARGETS", "TARGET_STATUSES", "Target", "Verdict", "evaluate_targets", "find", "judge",
-           "low_precision_bound"]
+__all__ = ["H200_BASELINE_TOKENS_PER_S", "NO_LOW_PRECISION_ARITHMETIC", "PAIRED", "REPORT", "TARGETS", "TARGET_STATUSES", "Target",
+           "Verdict", "arithmetic_bound", "eager_speedup_bound", "evaluate_targets", "find", "judge", "low_precision_bound"]

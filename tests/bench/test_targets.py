@@ -214,3 +214,27 @@ def test_a_verdict_on_rows_timed_in_turn_is_paired_and_names_its_rounds():
     assert v.why == "tiny/decode/fused: 5 rounds, 0.69–1.31" and "5 rounds, 0.69–1.31" in format_targets([v])
     slower = rows_for([0.95, 0.9, 1.2, 0.97, 1.3])
     assert slower.status == "missed" and slower.measured == pytest.approx(0.97)
+
+
+def test_a_speedup_goal_above_what_the_products_allow_says_so():
+    """A missed speed-up-vs-eager target whose goal is above eager time ÷ (the fused row's
+    matrix FLOPs at the run's float32 matmul peak) says so, with the numbers; not where the
+    peak allows the goal (the same rows, a faster peak), not when met, and not without the
+    eager row or the peak."""
+    from plga.bench.report import format_targets
+
+    dec = dict(kind="decode", status="ok", config="paper-110m", batch=1, mode="nocache", dtype="float32", seq=128, new_tokens=64)
+    fused = Row(id="f", impl="fused", median_s=7.0, flops=10**12, speedup_vs_eager=10 / 7, **dec)
+    eager = Row(id="e", impl="eager", median_s=10.0, flops=16 * 10**11, **dec)
+    slow_peak = {"matmul_float32": {"gflops_best": 200.0}}  # fused products alone: 5 s → at most 2.0×
+    v = {v.id: v for v in evaluate_targets([fused, eager], limits=slow_peak)}["nocache/paper-110m"]
+    assert v.status == "missed"
+    assert "eager computes 1.60× the fused path's matrix FLOPs" in v.why and "160 GFLOP/s (80% of the run's 200" in v.why
+    assert "alone take 5 s against eager's 10 s: at most 2.00×, below the 2.5× goal" in v.why
+    assert "at most 2.00×" in format_targets([v])
+    for rows, limits in (([fused, eager], {"matmul_float32": {"gflops_best": 500.0}}),  # at most 5×: the goal is reachable
+                         ([fused], slow_peak), ([fused, eager], None)):
+        assert "at most" not in {v.id: v for v in evaluate_targets(rows, limits=limits)}["nocache/paper-110m"].why
+    fused.speedup_vs_eager = 2.6  # met: no note, whatever the bound says
+    met = {v.id: v for v in evaluate_targets([fused, eager], limits=slow_peak)}["nocache/paper-110m"]
+    assert met.status == "met" and "at most" not in met.why
