@@ -1691,29 +1691,57 @@ def check_cache_nocache(ctx: Context) -> None:
 @register("decoder_thread_counts", "decoder", requires=("forward",))
 def check_decoder_thread_counts(ctx: Context) -> None:
     """The decoder at 2 (and, with 4 cores, 4) intra-op threads conforms as at one: its logits,
-    and kv decoding where declared. Every other decoder check runs at one thread, and a CPU
-    decoder splits its products per thread (column blocks of packed weights, row spans of a
-    decoding GEMV), so a split that is wrong only at several threads is judged here."""
+    and each case's decoding in one of the declared modes (:func:`thread_count_mode`; with a
+    random constant G in ``collapsed``, whose forward logits are judged too). Every other decoder
+    check runs at one thread, and a CPU decoder splits its work per thread (column blocks of
+    packed weights, row spans of a decoding GEMV, heads or batch rows of the cached operators),
+    so a split that is wrong only at several threads, in one mode only, is judged here."""
     import torch
 
     counts = thread_counts()
-    with_kv = ctx.adapter.provides("cache_kv")
+    modes = thread_count_modes(ctx.adapter)
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
-        config, prompt, n, note = c.config, c.tokens, c.new_tokens, c.note()
-        truth = oracle.truth_generate(state, config, prompt, n, "kv") if with_kv else None
-        baselines = _baseline_gen(state, config, prompt, n, "kv", forced=truth.tokens) if truth is not None else []
+        config, n, note = c.config, c.new_tokens, c.note()
+        mode = thread_count_mode(modes, c.seed)
+        gs = _random_operators(ctx, config, np.random.default_rng(c.seed + 29)) if mode == "collapsed" else None
+        prompt = _collapsed_tokens(c) if mode == "collapsed" else c.tokens
+        if prompt is not c.tokens:
+            note += f"; left-padded: {prompt.tolist()}"
+        truth = oracle.truth_generate(state, config, prompt, n, mode, gs) if mode else None
+        baselines = _baseline_gen(state, config, prompt, n, mode, gs, forced=truth.tokens) if truth is not None else []
         with threads_restored():
             for threads in counts:
                 torch.set_num_threads(threads)
-                _forward_compare(ctx, state, config, prompt, what=f"decoder logits at {threads} intra-op threads",
-                                 note=note + "\n")
+                _forward_compare(ctx, state, config, c.tokens, what=f"decoder logits at {threads} intra-op threads",
+                                 note=c.note() + "\n")
+                if gs is not None:
+                    _forward_compare(ctx, state, config, prompt, constant_g=gs, note=note + "\n",
+                                     what=f"collapsed decoder logits (a random constant G) at {threads} intra-op threads")
                 if truth is not None:
-                    got = _gen(ctx, state, config, prompt, n, "kv")
-                    _generation_compare(ctx, got, truth, baselines, what=f"kv decoding at {threads} intra-op threads",
+                    got = _gen(ctx, state, config, prompt, n, mode, gs)
+                    _generation_compare(ctx, got, truth, baselines, what=f"{mode} decoding at {threads} intra-op threads",
                                         note=note)
 
     _generation_check(ctx, body)
+
+
+def thread_count_modes(adapter: Adapter) -> tuple[str, ...]:
+    """The decoding modes ``adapter`` declares that :func:`check_decoder_thread_counts` runs:
+    kv, kvg, nocache, and collapsed (which needs a KV cache, kv or kvg, as
+    :func:`check_collapsed_equals_kvg` does)."""
+    modes = [m for m, cap in (("kv", "cache_kv"), ("kvg", "cache_kvg"), ("nocache", "cache_nocache")) if adapter.provides(cap)]
+    if adapter.provides("collapsed") and ({"kv", "kvg"} & set(modes)):
+        modes.append("collapsed")
+    return tuple(modes)
+
+
+def thread_count_mode(modes: Sequence[str], seed: int) -> str | None:
+    """The mode a case of weights seed ``seed`` decodes in at several threads: the modes in turn
+    by seed (the boundary cases' seeds are consecutive, so each mode takes every
+    ``len(modes)``-th of them), None where none is declared (logits only). One mode a case keeps
+    the check's time near one generation per case and thread count."""
+    return modes[seed % len(modes)] if modes else None
 
 
 __all__ = ["CHECKS", "GROUPS", "Check", "Context", "DecoderCase", "check_ids", "register", "run_check", "run_property",

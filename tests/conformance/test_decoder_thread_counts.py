@@ -37,3 +37,40 @@ def test_the_check_restores_the_thread_count(monkeypatch):
     report = check_kernel(resolve_impl("reference"), dtypes=("float64",), profile="quick", shrink=False,
                           checks=["decoder_thread_counts"])
     assert report.passed and torch.get_num_threads() == before
+
+
+@pytest.mark.parametrize("control", ["kvg_operator_rows_per_thread", "constant_operator_heads_per_thread"])
+def test_a_split_wrong_in_one_mode_only_fails_at_several_threads(monkeypatch, control):
+    """A decoder whose per-thread split is wrong only in kvg (the cached G_LM's batch rows) or
+    only under a constant G (its heads) — an outside audit's two kernels — fails the check, which
+    decodes each case in one of the declared modes in turn, collapsed with a random G and its
+    forward logits judged too. Negative control: the check as it was, kv decoding alone, passes
+    both."""
+    from plga.conformance import checks
+    from plga.conformance.controls import CONTROLS
+
+    impl = CONTROLS[control].make()
+    report = check_kernel(impl, dtypes=("float64",), profile="quick", shrink=False, checks=["decoder_thread_counts"])
+    assert report.failed_checks() == {"decoder_thread_counts"}, report.summary()
+    monkeypatch.setattr(checks, "thread_count_modes", lambda adapter: ("kv",))
+    report = check_kernel(impl, dtypes=("float64",), profile="quick", shrink=False, checks=["decoder_thread_counts"])
+    assert report.passed, report.summary()
+
+
+def test_every_declared_mode_takes_its_turn():
+    """Consecutive seeds (the boundary cases') cycle through the declared modes; collapsed only
+    with a KV cache; no mode where none is declared."""
+    from plga.conformance.checks import thread_count_mode, thread_count_modes
+
+    class Declares:
+        def __init__(self, *caps):
+            self.caps = set(caps)
+
+        def provides(self, cap):
+            return cap in self.caps
+
+    every = thread_count_modes(Declares("cache_kv", "cache_kvg", "cache_nocache", "collapsed"))
+    assert every == ("kv", "kvg", "nocache", "collapsed")
+    assert {thread_count_mode(every, s) for s in range(100, 104)} == set(every)
+    assert thread_count_modes(Declares("cache_nocache", "collapsed")) == ("nocache",)
+    assert thread_count_mode(thread_count_modes(Declares("forward")), 7) is None

@@ -25,6 +25,7 @@ from .decoders import (
     Bf16DecoderControl,
     ChunkedPrefillFrozenA,
     CollapsedStepsPlainSdpa,
+    ConstantOperatorHeadsPerThread,
     ConversationPrefixCache,
     DecoderControl,
     FeedForwardTailDropped,
@@ -36,6 +37,7 @@ from .decoders import (
     FullLastQueryBlockDropped,
     GeneratedZerosMasked,
     GramOverRealRowsOnly,
+    KvgOperatorRowsPerThread,
     KvPageAliased,
     KvPowerInActivationDtype,
     KvRecomputesFromNewRows,
@@ -178,6 +180,12 @@ _LIST = [
     Control("vocab_blocks_reversed_per_thread", "the vocabulary product in one column block per intra-op thread, the "
             "blocks put back in reverse order (exact at one thread)",
             _decoder("vocab_blocks_reversed_per_thread", VocabBlocksReversedPerThread), caught_by=("decoder_thread_counts",)),
+    Control("kvg_operator_rows_per_thread", "kvg's cached G_LM read in one span of batch rows per intra-op thread, each "
+            "span from row 0 (exact at one thread)",
+            _decoder("kvg_operator_rows_per_thread", KvgOperatorRowsPerThread), caught_by=("decoder_thread_counts",)),
+    Control("constant_operator_heads_per_thread", "a constant (collapsed) G read in one span of heads per intra-op thread, "
+            "each span from head 0 (exact at one thread)",
+            _decoder("constant_operator_heads_per_thread", ConstantOperatorHeadsPerThread), caught_by=("decoder_thread_counts",)),
     Control("mid_keys_padding_dropped", "from 512 to 1023 keys, a two-pass path is never handed the key padding mask",
             _tiled("mid_keys_padding_dropped", "mid_keys_padding_dropped"), caught_by=("attention_padding",
                                                                                       "attention_mask_dominance")),

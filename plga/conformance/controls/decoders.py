@@ -116,6 +116,32 @@ class VocabBlocksReversedPerThread(eg.EagerDecoder):
         return torch.cat(blocks[::-1], dim=-1)  # [B, S, V], columns permuted when n > 1
 
 
+def _thread_spans(n: int) -> list[tuple[int, int]]:
+    """``n`` items split into one span per intra-op thread, as a CPU decoder splits its work."""
+    size = -(-n // torch.get_num_threads())
+    return [(i, min(n, i + size)) for i in range(0, n, size)]
+
+
+class KvgOperatorRowsPerThread(eg.EagerDecoder):
+    """kvg's cached G_LM read in one span of batch rows per intra-op thread, each span indexing
+    from row 0 (a span-relative index): exact at one thread, and at one row."""
+
+    def cached_operator(self, i: int, cache: eg.LayerCache, mode: str) -> Any:
+        a, a_lm, g = super().cached_operator(i, cache, mode)
+        if mode == "kvg":
+            g = torch.cat([g[: r1 - r0] for r0, r1 in _thread_spans(g.shape[0])], dim=0)  # [B, H, d, d]
+        return a, a_lm, g
+
+
+class ConstantOperatorHeadsPerThread(eg.EagerDecoder):
+    """A constant (collapsed) G read in one span of heads per intra-op thread, each span indexing
+    from head 0: exact at one thread, and with one head."""
+
+    def constant_operator(self, constant_g: Tensor) -> Tensor:
+        h = constant_g.shape[-3]
+        return torch.cat([constant_g[..., : h1 - h0, :, :] for h0, h1 in _thread_spans(h)], dim=-3)  # [.., H, d, d]
+
+
 class KvRecomputesFromNewRows(eg.EagerDecoder):
     """kv mode recomputes A from the new token's rows only (instead of the frozen prompt A)."""
 
