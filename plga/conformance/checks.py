@@ -1104,7 +1104,8 @@ def check_operator_chain(ctx: Context) -> None:
 
     def body(c: sh.ChainCase) -> None:
         q, w = _chain_inputs(c, ctx.torch_dtype, ctx.device)
-        out = _call(ctx, "operator_chain", q, w)
+        layout = CHAIN_LAYOUTS[c.seed % len(CHAIN_LAYOUTS)]
+        out = _call(ctx, "operator_chain", _chain_layout(q, layout), w)
         # the chain runs in float32 or wider whatever the activations' dtype: judged in that
         # dtype, never in the (possibly narrower) dtype the kernel chose to return
         chain = torch.float64 if ctx.torch_dtype == torch.float64 else torch.float32
@@ -1113,9 +1114,32 @@ def check_operator_chain(ctx: Context) -> None:
         base = [eg.operator_chain(qb, wb, order=o) for o in eg.ORDERS]
         for i, name in enumerate(("A", "A_LM", "A_P", "G_LM")):
             assert_conforms(out[i], [b[i] for b in base], truth[i], dtype=dtype_name(chain), k=k_for("operator_chain"),
-                            what=f"operator chain {name}", note=c.describe())
+                            what=f"operator chain {name}", note=f"{c.describe()}; rotated queries passed {layout}")
 
     run_property(ctx, sh.chain_cases(), body, boundary=sh.boundary_chain_cases(ctx.seed))
+
+
+#: How :func:`check_operator_chain` passes the rotated queries, by case seed (the boundary cases'
+#: seeds are consecutive: each layout takes every third): as a contiguous tensor, as a view with
+#: the last two axes' strides swapped (queries stored [B, H, d, S], as a kernel that keeps them
+#: transposed hands them on), and as a view at an offset into a larger buffer. A native chain
+#: kernel that read the storage as if contiguous passed every check while every case was contiguous.
+CHAIN_LAYOUTS = ("contiguous", "transposed (strides of [B, H, d, S])", "at an offset into a larger buffer")
+
+
+def _chain_layout(q: Any, layout: str) -> Any:
+    """``q`` [B, H, S, d] with the same values in the memory layout ``layout`` (:data:`CHAIN_LAYOUTS`)."""
+    import torch
+
+    if layout.startswith("transposed"):
+        return q.transpose(-1, -2).contiguous().transpose(-1, -2)  # [B, H, S, d], strides of [B, H, d, S]
+    if layout.startswith("at an offset"):
+        b, h, s, d = q.shape
+        buf = torch.zeros(b, h, s + 1, d + 3, dtype=q.dtype, device=q.device)
+        view = buf[:, :, 1:, 2 : 2 + d]  # [B, H, S, d] at an offset, rows d + 3 apart
+        view.copy_(q)
+        return view
+    return q
 
 
 # --- Decoder --------------------------------------------------------------------------------

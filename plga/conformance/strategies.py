@@ -427,7 +427,8 @@ def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
     the released model's 14 heads and 8 units of 4 blocks; its head dimension 64, and 128 in 9
     heads (more query rows than d: a Gram of full rank; some entries of A_LM still reach its
     floor there); one with A_LM at its 1e-9 floor (:data:`FLOOR_B_SHIFT`); then
-    :data:`CHAIN_SIZE_SHAPES`."""
+    :data:`CHAIN_SIZE_SHAPES`; last, A_LM at its floor with iSwiGLU(u) far below it
+    (:data:`FLOOR_B_SHIFTS_BELOW`)."""
     shapes = [(1, 1, 1, 2, 1, 1, 1, 1.0), (2, 3, 5, 4, 3, 3, 3, 0.1), (1, 5, 9, 8, 7, 2, 1, 3.0), (2, 2, 17, 16, 5, 1, 3, 1.0),
               (1, 14, 3, 4, 4, 8, 4, 1.0), (1, 2, 70, 64, 4, 1, 1, 1.0), (1, 9, 130, 128, 3, 1, 1, 1.0)]
     out = [ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}") for i, shape in enumerate(shapes)]
@@ -436,7 +437,18 @@ def boundary_chain_cases(seed: int = 0) -> list[ChainCase]:
     for shape in CHAIN_SIZE_SHAPES:
         i = len(out)
         out.append(ChainCase(*shape, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}"))
+    for shift in FLOOR_B_SHIFTS_BELOW:
+        i = len(out)
+        out.append(ChainCase(1, 2, 5, 8, 6, 1, 1, 1.0, seed=(seed * 7919 + i) % 2**31, label=f"boundary #{i}", b_shift=shift))
     return out
+
+
+#: Power-stage bias shifts of the last chain boundary cases, past :data:`FLOOR_B_SHIFT`: u = W A + b
+#: spans a few units around the shift, so iSwiGLU(u) = u² σ(u) runs from ~1e-11 down to ~1e-15,
+#: a part of A_LM = iSwiGLU(u) + 1e-9 that float32 still resolves (1e-2 to 1e-6 of it, raised to
+#: the power P). A kernel whose fast exp flushes σ(u) to 0 below u = −30 matched the truth
+#: wherever u ≥ −30 — every entry of the −27 case at the default seed — and passed.
+FLOOR_B_SHIFTS_BELOW = (-33.0, -40.0)
 
 
 #: Chain boundary cases where kernels switch paths (B, H, S, d, A_dff, units, dense, q scale): an
@@ -644,6 +656,7 @@ __all__ = [
     "BOUNDARY_SHAPES",
     "CHAIN_SIZE_SHAPES",
     "FLOOR_B_SHIFT",
+    "FLOOR_B_SHIFTS_BELOW",
     "G_FAMILIES",
     "MAX_ABS_SCORE",
     "NEAR_EPSILON_Q_SCALE",

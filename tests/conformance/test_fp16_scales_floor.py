@@ -131,6 +131,7 @@ def test_the_floor_of_a_lm_is_judged_at_every_seed(monkeypatch):
     # wide Grams of head dims 64 and 128)
     monkeypatch.setattr(sh, "FLOOR_B_SHIFT", 0.0)
     monkeypatch.setattr(sh, "CHAIN_SIZE_SHAPES", ())  # the boundary cases of that time: the floor case last
+    monkeypatch.setattr(sh, "FLOOR_B_SHIFTS_BELOW", ())
     narrow = [c for c in sh.boundary_chain_cases(1) if c.d < 64]
     assert narrow[-1].label == "boundary #7"  # the floor case, at b_shift 0
     monkeypatch.setattr(sh, "boundary_chain_cases", lambda seed=0: narrow)

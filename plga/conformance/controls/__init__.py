@@ -270,6 +270,12 @@ _LIST = [
             _decoder("state_dict_mutated", EagerDecoder, mutate_state=True), caught_by=_FWD + _CACHE),
     Control("chain_bias_accumulated", "accumulates a A_P into the b_a tensor of layer_weights and returns it",
             _chain("chain_bias_accumulated", "bias_accumulated"), caught_by=("operator_chain",)),
+    Control("chain_storage_read_as_contiguous", "the chain reads the rotated queries' storage as if contiguous (a native "
+            "kernel handed the data pointer without the strides)", _chain("chain_storage_read_as_contiguous",
+                                                                         "storage_read_as_contiguous"), caught_by=("operator_chain",)),
+    Control("chain_iswiglu_flushed_below_minus_30", "iSwiGLU(u) taken as 0 below u = −30 (a fast exp whose range ends "
+            "there): A_LM is its 1e-9 floor alone there", _chain("chain_iswiglu_flushed_below_minus_30",
+                                                                  "iswiglu_flushed_below_minus_30"), caught_by=("operator_chain",)),
     # configuration-variant bugs
     Control("rotate_half_as_interleaved", "RoPE is always interleaved (rope_style rotate_half ignored)",
             _decoder("rotate_half_as_interleaved", RotateHalfAsInterleaved), caught_by=_FWD + _CACHE),

@@ -43,7 +43,7 @@ def _density(q_rot: Tensor, bug: str) -> Tensor:
 
 class ChainControl(Adapter):
     """``operator_chain`` only (float32, float64), with one ``bug``: ``first_dense_block_only``,
-    ``bias_accumulated``, or a size-switched one (odd d, past 256 or 512 query rows, past 16
+    ``bias_accumulated``, ``storage_read_as_contiguous``, ``iswiglu_flushed_below_minus_30``, or a size-switched one (odd d, past 256 or 512 query rows, past 16
     matrices, past 16 heads)."""
 
     dtypes = ("float32", "float64")
@@ -53,6 +53,8 @@ class ChainControl(Adapter):
         self.name, self.bug, self.version = name, bug, "control"
 
     def operator_chain(self, q_rot: Tensor, layer_weights: Mapping[str, Any]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        if self.bug == "storage_read_as_contiguous":  # a native kernel handed data_ptr without its strides
+            q_rot = torch.as_strided(q_rot, q_rot.shape, torch.empty(q_rot.shape).stride(), q_rot.storage_offset())
         w = dict(layer_weights)
         if self.bug == "first_dense_block_only":
             w["units"] = [(blocks[:1], g, b) for blocks, g, b in w["units"]]
@@ -65,6 +67,11 @@ class ChainControl(Adapter):
             cw.update({k: cw[k][idx] for k in ("W", "b", "P", "a", "b_a")})
         A = eg.metric_learner(_density(q_rot, self.bug), cw)
         a_lm, a_p, g_lm = eg.power_stage(A, cw["W"], cw["b"], cw["P"], cw["a"], cw["b_a"])
+        if self.bug == "iswiglu_flushed_below_minus_30":  # a fast exp whose range ends there: σ(u) taken as 0
+            u = cw["W"] @ A + cw["b"]  # [B, H, d, d]
+            a_lm = torch.where(u < -30.0, torch.full_like(a_lm, eg.EPSILON_ADJ), a_lm)
+            a_p = torch.pow(a_lm, cw["P"])
+            g_lm = cw["a"] @ a_p + cw["b_a"]
         if self.bug == "bias_accumulated":
             b_a = layer_weights["b_a"]
             g_lm = b_a.add_((cw["a"] @ a_p).to(b_a.dtype))  # G_LM accumulated into the bias buffer
