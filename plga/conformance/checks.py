@@ -1651,7 +1651,11 @@ def _conversation(ctx: Context, c: DecoderCase, state: dict[str, Any], held: tup
 @register("state_between_calls", "cache", requires=("forward",))
 def check_state_between_calls(ctx: Context) -> None:
     """One loaded model serves every declared operation on two prompts in turn (and two constant
-    G's), then the turns of a conversation (:func:`_conversation`): nothing carries over."""
+    G's); then a second model of the same configuration (the same config object, other weights)
+    serves the first prompt, its logits and one decoding mode; then the first model the turns
+    of a conversation (:func:`_conversation`): nothing carries over. (A decoder whose G-cache was
+    keyed by the configuration and the prompt's ids handed the second model the first one's
+    operators and passed every check before.)"""
 
     modes = [m for m, cap in (("kv", "cache_kv"), ("kvg", "cache_kvg"), ("nocache", "cache_nocache")) if ctx.adapter.provides(cap)]
     collapsed = ctx.adapter.provides("collapsed")
@@ -1659,8 +1663,11 @@ def check_state_between_calls(ctx: Context) -> None:
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, prompt, n = c.config, c.tokens, max(c.new_tokens, 1)
         other = _other_prompt(prompt, config.input_vocab_size)
+        second = dataclasses.replace(c, seed=(c.seed + 1) % 2**31)  # another model of this configuration
+        second_state = second.state(ctx)
         for p in (prompt, other):
             _assume_power_conditioned(ctx, state, config, p)
+        _assume_power_conditioned(ctx, second_state, config, prompt)
         rng = np.random.default_rng(c.seed)
         gs = [_random_operators(ctx, config, rng) for _ in range(2)]
         held_state, held_config = Held(state), Held(config)
@@ -1681,9 +1688,20 @@ def check_state_between_calls(ctx: Context) -> None:
                 _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j], forced=truth.tokens),
                                     what=f"collapsed decoding, round {j + 1}", note=note)
         turns = modes + (["collapsed"] if collapsed and modes else [])
-        if turns:  # one decoding mode per case, in turn: every mode meets many cases at a quarter of the time
-            mode = turns[c.seed % len(turns)]
-            _conversation(ctx, c, state, (held_state, held_config), n, mode, gs[0] if mode == "collapsed" else None)
+        mode = turns[c.seed % len(turns)] if turns else None  # one decoding mode per case, in turn: every mode
+        g = gs[0] if mode == "collapsed" else None          # meets many cases at a quarter of the time
+        # a second model of the same configuration (the same config object) on the first prompt
+        note = (c.note() + f"; after the rounds above, a second model of this configuration (weights seed {second.seed}) "
+                "on the first prompt, in the same calls")
+        held_second = Held(second_state)
+        _forward_compare(ctx, second_state, config, prompt, what="forward logits of a second model", note=note,
+                         held=(held_second, held_config))
+        if mode is not None:
+            got = _gen(ctx, held_second, held_config, prompt, n, mode, g)
+            truth = oracle.truth_generate(second_state, config, prompt, n, mode, g)
+            _generation_compare(ctx, got, truth, _baseline_gen(second_state, config, prompt, n, mode, g, forced=truth.tokens),
+                                what=f"{mode} decoding of a second model", note=note)
+            _conversation(ctx, c, state, (held_state, held_config), n, mode, g)
 
     _generation_check(ctx, body, widths=False)
 

@@ -161,3 +161,19 @@ def test_a_bfloat16_decoder_rounding_its_positions_fails_past_position_256(monke
     monkeypatch.setattr(sh, "BOUNDARY_DECODER_EXTRA", tuple(c for c in sh.BOUNDARY_DECODER_EXTRA if c[2] <= 300))
     monkeypatch.setattr(sh, "BOUNDARY_CONFIGS", tuple(c for i, c in enumerate(sh.BOUNDARY_CONFIGS) if i not in sh.WIDTH_CONFIGS))
     assert check_kernel(control.make(), checks=["forward_logits"], profile="quick", shrink=False, seed=1).verdict == "PASS"
+
+
+def test_a_g_cache_shared_by_every_model_fails_only_the_second_model_turn():
+    """A ninth outside audit's decoder kept kvg's prompt operators in one table for every model,
+    keyed by the configuration and the prompt's ids: right for one model, and every check passed
+    it. ``state_between_calls`` now has a second model of the same configuration decode the
+    first prompt, and fails it; the other cache and decoder checks, which load one model per
+    case, still pass it (the negative control: what the suite saw before)."""
+    from plga.conformance.controls import CONTROLS
+
+    impl = CONTROLS["g_cache_shared_by_prompt"].make()
+    report = check_kernel(impl, dtypes=("float64", "float32"), profile="quick", shrink=False,
+                          checks=["state_between_calls", "cache_modes", "gcache_invalidated", "collapsed_equals_kvg",
+                                  "forward_logits", "decoder_thread_counts"])
+    assert report.failed_checks() == {"state_between_calls"}, report.summary()
+    assert "a second model" in "\n".join(r.message for r in report.failures)

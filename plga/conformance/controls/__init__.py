@@ -35,6 +35,7 @@ from .decoders import (
     ForwardOnlyBf16Control,
     ForwardOnlyFp16Control,
     FullLastQueryBlockDropped,
+    GCacheSharedByPrompt,
     GeneratedZerosMasked,
     GramOverRealRowsOnly,
     KvgOperatorRowsPerThread,
@@ -180,6 +181,9 @@ _LIST = [
     Control("vocab_blocks_reversed_per_thread", "the vocabulary product in one column block per intra-op thread, the "
             "blocks put back in reverse order (exact at one thread)",
             _decoder("vocab_blocks_reversed_per_thread", VocabBlocksReversedPerThread), caught_by=("decoder_thread_counts",)),
+    Control("g_cache_shared_by_prompt", "kvg's prompt operators kept in one table for every model, keyed by the "
+            "configuration and the prompt's ids (a second model of one configuration gets the first one's G_LM)",
+            _decoder("g_cache_shared_by_prompt", GCacheSharedByPrompt), caught_by=("state_between_calls",)),
     Control("kvg_operator_rows_per_thread", "kvg's cached G_LM read in one span of batch rows per intra-op thread, each "
             "span from row 0 (exact at one thread)",
             _decoder("kvg_operator_rows_per_thread", KvgOperatorRowsPerThread), caught_by=("decoder_thread_counts",)),

@@ -142,6 +142,31 @@ class ConstantOperatorHeadsPerThread(eg.EagerDecoder):
         return torch.cat([constant_g[..., : h1 - h0, :, :] for h0, h1 in _thread_spans(h)], dim=-3)  # [.., H, d, d]
 
 
+_SHARED_G: dict[tuple[Any, ...], list[Tensor]] = {}  # GCacheSharedByPrompt's table, one for every model
+
+
+class GCacheSharedByPrompt(eg.EagerDecoder):
+    """kvg's prompt operators kept in one table shared by every model, keyed by the configuration
+    and the prompt's ids: a second model of the same configuration decoding the same prompt
+    gets the first one's G_LM. Right for one model."""
+
+    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Any = None, forced: Any = None) -> Any:
+        p = torch.as_tensor(prompt)
+        self._key = (repr(self.config), tuple(p.shape), tuple(p.reshape(-1).tolist())) if mode == "kvg" else None
+        try:
+            return super().generate(prompt, max_new_tokens, mode, constant_g, forced)
+        finally:
+            self._key = None
+
+    def forward(self, tokens: Tensor, constant_g: Any = None) -> Any:
+        logits, deds, caches = super().forward(tokens, constant_g)
+        key = getattr(self, "_key", None)
+        if key is not None and constant_g is None:
+            kept = _SHARED_G.setdefault(key, [c.G_LM.clone() for c in caches])
+            caches = [eg.LayerCache(c.k, c.v, c.A, c.A_LM, g.to(c.G_LM.dtype), c.key_allowed) for c, g in zip(caches, kept, strict=True)]
+        return logits, deds, caches
+
+
 class KvRecomputesFromNewRows(eg.EagerDecoder):
     """kv mode recomputes A from the new token's rows only (instead of the frozen prompt A)."""
 
