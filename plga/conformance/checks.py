@@ -1184,13 +1184,23 @@ class DecoderCase:
                 + (f"; power-stage W × {self.w_scale:g}" if self.w_scale != 1.0 else ""))
 
 
+#: Whether decoder cases of one layer draw left-padded prompts below float64 (:func:`_decoder_boundary`).
+ONE_LAYER_LEFT_PADDING = True
+
+
 def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = False, widths: bool = True) -> list[DecoderCase]:
     """One explicit case per boundary configuration, then :data:`~.strategies.BOUNDARY_DECODER_EXTRA`
     (a 40-token prompt; a batch of 4 padded rows — on the left at float64, where left padding
-    can be judged, else on the right; a batch of 5; a 300-token prompt; 20 new tokens after a
+    can be judged in every configuration, else on the right; a batch of 5; a 300-token prompt; 20 new tokens after a
     short prompt; caches grown past 32, 64, 128 and 256 keys while decoding), then one case
     whose Gram rows have a variance near the LayerNorm ε (:data:`~.strategies.NEAR_EPSILON_Q_SCALE`);
-    generation cases decode 0 to 12 tokens, and 20 in one. ``widths=False`` leaves out the
+    generation cases decode 0 to 12 tokens, and 20 in one. Below float64 the one-layer
+    configurations but the first take a left-padded batch (:func:`_decoder_cases` draws left
+    padding for them too): rows with no key to attend to are uniform below float64, where the
+    truth keeps softmax(s), and in two layers or more they feed the next layer's Gram; in one
+    layer they feed nothing the logits of real rows read, so left padding is judged at every
+    dtype there (a decoder whose cached steps rebuilt the padding mask as if every prompt were
+    right-padded passed every check below float64). ``widths=False`` leaves out the
     configurations of the released model's widths (:data:`~.strategies.WIDTH_CONFIGS`): the
     checks of how state is kept between calls and steps judge no width, and a reference step at
     those widths reads ~0.1 GB of float64 weights."""
@@ -1199,10 +1209,12 @@ def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = Fals
     for i, config in enumerate(configs):
         if not widths and i in sh.WIDTH_CONFIGS:
             continue
-        batches = sh.boundary_tokens(config.input_vocab_size, ctx.seed + i, left_padding=ctx.mp, min_len=min_len,
-                                     max_len=6 if generation else 9)
+        one_layer_left = ONE_LAYER_LEFT_PADDING and not ctx.mp and config.num_layers == 1 and i > 0  # config 0: one token
+        batches = sh.boundary_tokens(config.input_vocab_size, ctx.seed + i, left_padding=ctx.mp or one_layer_left,
+                                     min_len=min_len, max_len=6 if generation else 9)
         n = (0, 1, 4, 3, 2, 5, 1, 3, 2, 2, 1)[i] if generation else 0  # one count per boundary config
-        out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, batches[i % len(batches)], n, label=f"boundary #{i}",
+        tokens = batches[-1] if one_layer_left else batches[i % len(batches)]
+        out.append(DecoderCase(config, (ctx.seed * 7919 + i) % 2**31, tokens, n, label=f"boundary #{i}",
                                w_scale=0.5 if i in sh.WIDTH_CONFIGS else 1.0))
     for j, (ci, batch, length, new) in enumerate(sh.BOUNDARY_DECODER_EXTRA, start=len(configs)):
         config = configs[ci]
@@ -1223,7 +1235,8 @@ def _decoder_boundary(ctx: Context, *, min_len: int = 1, generation: bool = Fals
 def _decoder_cases(draw: Any, *, left_padding: bool, min_len: int = 1, generation: bool = False) -> DecoderCase:
     config = draw(sh.decoder_configs(), label="config")
     tokens = draw(sh.token_batches(vocab=config.input_vocab_size, max_len=6 if generation else 20, max_batch=4,
-                                   min_len=min_len, left_padding=left_padding), label="tokens")
+                                   min_len=min_len, left_padding=left_padding or (ONE_LAYER_LEFT_PADDING and config.num_layers == 1)),
+                       label="tokens")
     n = draw(st.integers(0, 6), label="new tokens") if generation else 0
     return DecoderCase(config, draw(st.integers(0, 2**31 - 1), label="weights seed"), tokens, n)
 

@@ -110,3 +110,23 @@ def test_baselines_follow_the_reference_tokens():
     # negative control: decoding freely, the baseline takes its own argmax at the first step
     free = checks._baseline_decoders(state, config)[0].generate(torch.from_numpy(prompt), 4, "nocache")[0]
     assert not np.array_equal(free.numpy(), forced)
+
+
+def test_left_padded_generation_is_judged_below_float64_in_one_layer(monkeypatch):
+    """A decoder whose cached steps rebuild the padding mask as if every prompt were right-padded,
+    declared in float32 and bfloat16 only (a ninth outside audit's), passed every check: left
+    padding was drawn at float64 alone. One-layer cases now draw it at every dtype and fail it;
+    negative control: without them (the suite as it was) it passes these two checks (at some seeds
+    a conversation turn of ``state_between_calls`` catches it, through a generated id 0 amid
+    its tokens)."""
+    from plga.conformance import check_kernel, checks
+    from plga.conformance.controls import CONTROLS
+
+    impl = CONTROLS["step_mask_from_lengths"].make()
+    cache = ["cache_modes", "gcache_invalidated"]
+    for seed in (20260, 1):
+        report = check_kernel(impl, profile="quick", seed=seed, shrink=False, checks=cache)
+        assert report.verdict == "FAIL" and report.failed_checks() <= set(cache), f"seed {seed}:\n{report.summary()}"
+    monkeypatch.setattr(checks, "ONE_LAYER_LEFT_PADDING", False)
+    report = check_kernel(impl, profile="quick", seed=20260, shrink=False, checks=cache)
+    assert report.passed, report.summary()

@@ -60,6 +60,7 @@ from .decoders import (
     RowLengthsMixed,
     SecondBestNearTie,
     SoftmaxInFloat32,
+    StepMaskFromLengths,
     StepMaskTileOf8,
     StepMaskTileOf16,
     StepPositionsFromFirstRealToken,
@@ -95,6 +96,16 @@ def _tiled(name: str, bug: str = "", mutate: str = "", **tiling: Any) -> Callabl
 
 def _decoder(name: str, cls: type, mutate_state: bool = False) -> Callable[[], Any]:
     return lambda: DecoderControl(f"controls.{name}", cls, mutate_state)
+
+
+def _decoder_below_float64(name: str, cls: type) -> Callable[[], Any]:
+    """A decoder control declaring float32 and bfloat16 only: a bug in what float64 alone judged before."""
+    def make() -> Any:
+        control = DecoderControl(f"controls.{name}", cls)
+        control.dtypes = ("float32", "bfloat16")
+        return control
+
+    return make
 
 
 def _chain(name: str, bug: str) -> Callable[[], Any]:
@@ -181,6 +192,10 @@ _LIST = [
     Control("vocab_blocks_reversed_per_thread", "the vocabulary product in one column block per intra-op thread, the "
             "blocks put back in reverse order (exact at one thread)",
             _decoder("vocab_blocks_reversed_per_thread", VocabBlocksReversedPerThread), caught_by=("decoder_thread_counts",)),
+    Control("step_mask_from_lengths", "float32 and bfloat16 only: cached steps rebuild the prompt's key padding as key "
+            "j < the row's count of real tokens (right padding assumed; left-padded rows attend to padding)",
+            _decoder_below_float64("step_mask_from_lengths", StepMaskFromLengths),
+            caught_by=("cache_modes", "gcache_invalidated", "state_between_calls", "decoder_thread_counts")),
     Control("g_cache_shared_by_prompt", "kvg's prompt operators kept in one table for every model, keyed by the "
             "configuration and the prompt's ids (a second model of one configuration gets the first one's G_LM)",
             _decoder("g_cache_shared_by_prompt", GCacheSharedByPrompt), caught_by=("state_between_calls",)),

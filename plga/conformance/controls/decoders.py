@@ -167,6 +167,27 @@ class GCacheSharedByPrompt(eg.EagerDecoder):
         return logits, deds, caches
 
 
+class StepMaskFromLengths(eg.EagerDecoder):
+    """Cached steps rebuild the prompt's key padding from each row's count of real tokens, key j
+    allowed iff j < that count (a varlen / context-lengths convention that assumes right
+    padding): exact for unpadded and right-padded rows, wrong for left-padded ones."""
+
+    prompt_len = 0
+
+    def generate(self, prompt: Tensor, max_new_tokens: int, mode: str = "kv", constant_g: Any = None, forced: Any = None) -> Any:
+        self.prompt_len = torch.as_tensor(prompt).shape[1]
+        return super().generate(prompt, max_new_tokens, mode, constant_g, forced)
+
+    def step(self, tokens: Tensor, caches: list[eg.LayerCache], mode: str, constant_g: Sequence[Tensor] | None = None) -> Any:
+        s0, fixed = self.prompt_len, []
+        for c in caches:
+            allowed = c.key_allowed.clone()  # [B, T]
+            real = allowed[:, :s0].sum(1, keepdim=True)  # [B, 1]
+            allowed[:, :s0] = torch.arange(s0, device=allowed.device)[None] < real
+            fixed.append(eg.LayerCache(c.k, c.v, c.A, c.A_LM, c.G_LM, allowed))
+        return super().step(tokens, fixed, mode, constant_g)
+
+
 class KvRecomputesFromNewRows(eg.EagerDecoder):
     """kv mode recomputes A from the new token's rows only (instead of the frozen prompt A)."""
 
