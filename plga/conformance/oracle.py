@@ -152,12 +152,15 @@ def random_layer_weights(d: int, a_dff: int, num_units: int, num_dense: int, hea
     }
 
 
-def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: float = 1.0) -> dict[str, np.ndarray]:
+def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: float = 1.0, b_shift: float = 0.0,
+                      p_scale: float = 0.15) -> dict[str, np.ndarray]:
     """A float32 upstream-named state dict for ``config`` with well-scaled random weights.
 
-    The power stage is kept well-conditioned (u = W A + b ≈ 3 ± 0.5, |P| ~ 0.15) so decoder-level
-    checks measure the decoder; the near-floor regime of A_LM^P, where rounding is amplified
-    by max|P|/A_LM, is exercised by the operator-chain check and the trained G_LM.
+    The power stage is kept well-conditioned (u = W A + b ≈ 3 ± 0.5, |P| ~ ``p_scale``) so
+    decoder-level checks measure the decoder. ``b_shift`` moves the power stage's bias b, and u
+    with it: at :data:`~.strategies.DECODER_FLOOR_B_SHIFT` every entry of A_LM = iSwiGLU(u) + 1e-9
+    is the floor plus ~1 % (see there), where A_LM's rounding is relative (the conditioning rule
+    of the decoder checks) and a decoder without the floor is off by a factor ~100 in A_LM.
     ``q_scale`` multiplies every layer's query projection (weight and bias): the Gram D = Q̃ᵀQ̃
     scales by its square and the variance of D's rows, which the metric learner's LayerNorm
     divides by √(var + ε), by its fourth power — 0.02 brings it to ~1e-6, where ε counts. G_LM's
@@ -175,7 +178,7 @@ def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: flo
         if key.endswith("layernorm1.weight") or key.endswith("layernorm2.weight") or key.endswith("layernormA.weight"):
             x = 1.0 + 0.1 * rng.standard_normal(shape)
         elif key.endswith("blst"):  # u = W A + b ≈ 3 ± 0.5 keeps A_LM off its 1e-9 floor
-            x = 3.0 + 0.1 * rng.standard_normal(shape)
+            x = 3.0 + b_shift + 0.1 * rng.standard_normal(shape)
         elif key.endswith("Wlst"):
             x = 0.5 * w_scale * rng.standard_normal(shape) / np.sqrt(shape[-1])
         elif key.endswith(".bias"):
@@ -183,7 +186,7 @@ def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: flo
         elif key.endswith("balst"):
             x = 0.5 * rng.standard_normal(shape)
         elif key.endswith("pwlst"):  # |P| ~ 0.15: the chain stays well-conditioned even in bf16
-            x = 0.15 * rng.standard_normal(shape)
+            x = p_scale * rng.standard_normal(shape)
         elif key == "decoder.embedding.weight":
             x = rng.standard_normal(shape)
         else:  # weight matrices [out, in] and W, a [H, d, d]: fan-in scaling

@@ -608,6 +608,19 @@ BOUNDARY_DECODER_EXTRA: tuple[tuple[int, int, int, int], ...] = (
 NEAR_EPSILON_Q_SCALE = 0.02
 
 
+#: The power-stage bias shift of the decoder boundary case at the floor of A_LM: u = W A + b ≈
+#: −37 ± 0.5 (the random weights put it at 3 ± 0.5), where iSwiGLU(u) = u² σ(u) is 3e-14 to 5e-13,
+#: so A_LM is its 1e-9 floor plus ≤ 5e-4 of it. A decoder that forgets the floor anywhere — the
+#: prompt pass, or a cached step recomputing G_LM — has A_LM 2 000 to 30 000 times too small there
+#: (at −33, ~100 times, its kv steps hid within bfloat16's bound at some seeds); the drawn
+#: weights keep every A_LM far above its floor, where ε is below float32's resolution of it.
+DECODER_FLOOR_B_SHIFT = -40.0
+#: |P|'s scale in that case: A_P = A_LM^P = e^{P ln A_LM} with ln A_LM ≈ −20.7, so |P| ~ 0.03
+#: keeps A_P within e^{±2} (the drawn scale, 0.15, would spread it over e^{±9}, and the
+#: attention would saturate on a few keys), and the floor forgotten still moves A_P by ~30 %.
+DECODER_FLOOR_P_SCALE = 0.03
+
+
 def padded_tokens(vocab: int, seed: int, *, batch: int, length: int, left_padding: bool) -> np.ndarray:
     """[batch, length] token ids: row 0 unpadded, row i padded by i·length/(batch+1) ids (0) on
     the left when ``left_padding``, else on the right, so every row keeps a real token and the
@@ -655,6 +668,8 @@ __all__ = [
     "BOUNDARY_DECODER_EXTRA",
     "BOUNDARY_SHAPES",
     "CHAIN_SIZE_SHAPES",
+    "DECODER_FLOOR_B_SHIFT",
+    "DECODER_FLOOR_P_SCALE",
     "FLOOR_B_SHIFT",
     "FLOOR_B_SHIFTS_BELOW",
     "G_FAMILIES",

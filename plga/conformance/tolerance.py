@@ -120,6 +120,8 @@ DTYPE_PRECISIONS: dict[str, tuple[float, float]] = {
 
 #: Unit roundoff per dtype (for messages and vector metadata).
 UNIT_ROUNDOFF: dict[str, float] = {"float16": 2.0**-11, "bfloat16": 2.0**-8, "float32": 2.0**-24, "float64": 2.0**-53}
+#: Smallest normal number per dtype: below it rounding is absolute (subnormals), not relative.
+SMALLEST_NORMAL: dict[str, float] = {"float16": 2.0**-14, "bfloat16": 2.0**-126, "float32": 2.0**-126, "float64": 2.0**-1022}
 
 
 class ConformanceFailure(AssertionError):
@@ -417,7 +419,7 @@ def assert_float64_close(actual: Any, expected: Any, *, rtol: float = FLOAT64_RT
 
 
 __all__ = [
-    "DECODER_ROWS", "DEFAULT_K", "DTYPE_PRECISIONS", "FLOAT64_RTOL", "K_OVERRIDES", "MAGNITUDE_ULPS", "UNIT_ROUNDOFF", "Comparison",
+    "DECODER_ROWS", "DEFAULT_K", "DTYPE_PRECISIONS", "FLOAT64_RTOL", "K_OVERRIDES", "MAGNITUDE_ULPS", "SMALLEST_NORMAL", "UNIT_ROUNDOFF", "Comparison",
     "ConformanceFailure", "assert_bitwise_equal", "assert_conforms", "assert_float64_close", "compare", "dtype_name",
     "k_for", "rounding_floor", "ulp",
 ]

@@ -42,6 +42,7 @@ from .decoders import (
     KvPageAliased,
     KvPowerInActivationDtype,
     KvRecomputesFromNewRows,
+    KvStepPowerWithoutFloor,
     LastLayerSkippedPastTwo,
     LastResidualUnitSkipped,
     LayerNormChunksOf512,
@@ -196,6 +197,9 @@ _LIST = [
             "j < the row's count of real tokens (right padding assumed; left-padded rows attend to padding)",
             _decoder_below_float64("step_mask_from_lengths", StepMaskFromLengths),
             caught_by=("cache_modes", "gcache_invalidated", "state_between_calls", "decoder_thread_counts")),
+    Control("kv_step_power_without_floor", "float32 and bfloat16 only: kv's cached steps recompute G_LM from the cached A "
+            "without the 1e-9 floor of A_LM (the prompt pass and kvg keep it)",
+            _decoder_below_float64("kv_step_power_without_floor", KvStepPowerWithoutFloor), caught_by=_CACHE),
     Control("g_cache_shared_by_prompt", "kvg's prompt operators kept in one table for every model, keyed by the "
             "configuration and the prompt's ids (a second model of one configuration gets the first one's G_LM)",
             _decoder("g_cache_shared_by_prompt", GCacheSharedByPrompt), caught_by=("state_between_calls",)),

@@ -487,6 +487,21 @@ class KvPowerInActivationDtype(eg.EagerDecoder):
         return cache.A, a_lm, g
 
 
+class KvStepPowerWithoutFloor(eg.EagerDecoder):
+    """kv's step re-implements the power stage to recompute G_LM from the cached A and forgets
+    the floor: A_LM = iSwiGLU(W A + b), without + ε (the prompt pass and kvg are right). Off by
+    (1 + ε/iSwiGLU(u))^P, which below float64 shows only where A_LM is near its floor."""
+
+    def cached_operator(self, i: int, cache: eg.LayerCache, mode: str) -> Any:
+        if mode != "kv":
+            return super().cached_operator(i, cache, mode)
+        assert cache.A is not None
+        w = eg.cast_layer_weights(self.layer_weights(i), self.chain_dtype, self.device)
+        u = w["W"] @ cache.A.to(self.chain_dtype) + w["b"]  # [B, H, d, d]
+        a_lm = u * torch.nn.functional.silu(u)  # the floor forgotten
+        return cache.A, a_lm, w["a"] @ torch.pow(a_lm, w["P"]) + w["b_a"]
+
+
 class FeedForwardTailDropped(eg.EagerDecoder):
     """The feed-forward's hidden units in tiles of 128, counted as ``max(1, dff // 128)``: past
     256 units a partial last tile is never summed (the gate's output projection without it)."""
