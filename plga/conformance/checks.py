@@ -1323,7 +1323,8 @@ def a_lm_rounding(A: np.ndarray, a_lm: np.ndarray, W: np.ndarray, b: np.ndarray,
     small (iSwiGLU′/iSwiGLU ≈ 1 + 2/u) and A_LM is ε plus a tiny part, which rounding moves by
     a relative δu, not by u_r/ε; the second is then ~3 u_r. Near u = 0, where iSwiGLU(u) ≈ u²/2
     is small too, both are large (2δu/u and 2u_r/u²). Below ``dtype``'s smallest normal number
-    (1e-9 in float16) A_LM's rounding is absolute, and the second does not apply.
+    (float16's, 6e-5, is far above the floor) A_LM's rounding is absolute, and the second does
+    not apply.
     """
     u = W @ A + b  # [B, H, d, d]
     sig = 0.5 * (1.0 + np.tanh(0.5 * u))  # σ(u), without overflow
