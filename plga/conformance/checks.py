@@ -1721,7 +1721,8 @@ def check_state_between_calls(ctx: Context) -> None:
     keyed by the configuration and the prompt's ids handed the second model the first one's
     operators and passed every check before.)"""
 
-    modes = [m for m, cap in (("kv", "cache_kv"), ("kvg", "cache_kvg"), ("nocache", "cache_nocache")) if ctx.adapter.provides(cap)]
+    turns = generation_modes(ctx.adapter)
+    modes = [m for m in turns if m != "collapsed"]  # each round decodes in these; collapsed with its own G
     collapsed = ctx.adapter.provides("collapsed")
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
@@ -1746,14 +1747,13 @@ def check_state_between_calls(ctx: Context) -> None:
                 truth = oracle.truth_generate(state, config, p, n, mode)
                 _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, mode, forced=truth.tokens), what=f"{mode} decoding, round {j + 1}",
                                     note=note)
-            if collapsed and modes:
+            if "collapsed" in turns:
                 got = _gen(ctx, held_state, held_config, p, n, "collapsed", gs[j])
                 truth = oracle.truth_generate(state, config, p, n, "collapsed", gs[j])
                 _generation_compare(ctx, got, truth, _baseline_gen(state, config, p, n, "collapsed", gs[j], forced=truth.tokens),
                                     what=f"collapsed decoding, round {j + 1}", note=note)
-        turns = modes + (["collapsed"] if collapsed and modes else [])
-        mode = turns[c.seed % len(turns)] if turns else None  # one decoding mode per case, in turn: every mode
-        g = gs[0] if mode == "collapsed" else None          # meets many cases at a quarter of the time
+        mode = mode_in_turn(turns, c.seed)  # one decoding mode per case, in turn: every mode meets
+        g = gs[0] if mode == "collapsed" else None  # many cases at a quarter of the time
         # a second model of the same configuration (the same config object) on the first prompt
         note = (c.note() + f"; after the rounds above, a second model of this configuration (weights seed {second.seed}) "
                 "on the first prompt, in the same calls")
@@ -1797,7 +1797,7 @@ def check_cache_nocache(ctx: Context) -> None:
 @register("decoder_thread_counts", "decoder", requires=("forward",))
 def check_decoder_thread_counts(ctx: Context) -> None:
     """The decoder at 2 (and, with 4 cores, 4) intra-op threads conforms as at one: its logits,
-    and each case's decoding in one of the declared modes (:func:`thread_count_mode`; with a
+    and each case's decoding in one of the declared modes (:func:`mode_in_turn`; with a
     random constant G in ``collapsed``, whose forward logits are judged too). Every other decoder
     check runs at one thread, and a CPU decoder splits its work per thread (column blocks of
     packed weights, row spans of a decoding GEMV, heads or batch rows of the cached operators),
@@ -1805,11 +1805,11 @@ def check_decoder_thread_counts(ctx: Context) -> None:
     import torch
 
     counts = thread_counts()
-    modes = thread_count_modes(ctx.adapter)
+    modes = generation_modes(ctx.adapter)
 
     def body(c: DecoderCase, state: dict[str, Any]) -> None:
         config, n, note = c.config, c.new_tokens, c.note()
-        mode = thread_count_mode(modes, c.seed)
+        mode = mode_in_turn(modes, c.seed)
         gs = _random_operators(ctx, config, np.random.default_rng(c.seed + 29)) if mode == "collapsed" else None
         prompt = _collapsed_tokens(c) if mode == "collapsed" else c.tokens
         if prompt is not c.tokens:
@@ -1832,21 +1832,23 @@ def check_decoder_thread_counts(ctx: Context) -> None:
     _generation_check(ctx, body)
 
 
-def thread_count_modes(adapter: Adapter) -> tuple[str, ...]:
-    """The decoding modes ``adapter`` declares that :func:`check_decoder_thread_counts` runs:
-    kv, kvg, nocache, and collapsed (which needs a KV cache, kv or kvg, as
-    :func:`check_collapsed_equals_kvg` does)."""
+def generation_modes(adapter: Adapter) -> tuple[str, ...]:
+    """The decoding modes ``adapter`` declares, as :func:`check_decoder_thread_counts` and
+    :func:`check_state_between_calls` run them: kv, kvg, nocache, and collapsed, a cached mode
+    that needs kv or kvg too (as :func:`check_collapsed_equals_kvg` does; ``collapsed`` alone
+    declares the forward and nocache decoding under a constant G)."""
     modes = [m for m, cap in (("kv", "cache_kv"), ("kvg", "cache_kvg"), ("nocache", "cache_nocache")) if adapter.provides(cap)]
     if adapter.provides("collapsed") and ({"kv", "kvg"} & set(modes)):
         modes.append("collapsed")
     return tuple(modes)
 
 
-def thread_count_mode(modes: Sequence[str], seed: int) -> str | None:
-    """The mode a case of weights seed ``seed`` decodes in at several threads: the modes in turn
-    by seed (the boundary cases' seeds are consecutive, so each mode takes every
-    ``len(modes)``-th of them), None where none is declared (logits only). One mode a case keeps
-    the check's time near one generation per case and thread count."""
+def mode_in_turn(modes: Sequence[str], seed: int) -> str | None:
+    """The mode a case of weights seed ``seed`` decodes in where a check runs one mode a case
+    (several threads; a second model and a conversation): the modes in turn by seed (the
+    boundary cases' seeds are consecutive, so each mode takes every ``len(modes)``-th of them),
+    None where none is declared (logits only). One mode a case keeps the check's time near one
+    generation per case."""
     return modes[seed % len(modes)] if modes else None
 
 

@@ -52,7 +52,7 @@ def test_a_split_wrong_in_one_mode_only_fails_at_several_threads(monkeypatch, co
     impl = CONTROLS[control].make()
     report = check_kernel(impl, dtypes=("float64",), profile="quick", shrink=False, checks=["decoder_thread_counts"])
     assert report.failed_checks() == {"decoder_thread_counts"}, report.summary()
-    monkeypatch.setattr(checks, "thread_count_modes", lambda adapter: ("kv",))
+    monkeypatch.setattr(checks, "generation_modes", lambda adapter: ("kv",))
     report = check_kernel(impl, dtypes=("float64",), profile="quick", shrink=False, checks=["decoder_thread_counts"])
     assert report.passed, report.summary()
 
@@ -60,7 +60,7 @@ def test_a_split_wrong_in_one_mode_only_fails_at_several_threads(monkeypatch, co
 def test_every_declared_mode_takes_its_turn():
     """Consecutive seeds (the boundary cases') cycle through the declared modes; collapsed only
     with a KV cache; no mode where none is declared."""
-    from plga.conformance.checks import thread_count_mode, thread_count_modes
+    from plga.conformance.checks import generation_modes, mode_in_turn
 
     class Declares:
         def __init__(self, *caps):
@@ -69,8 +69,8 @@ def test_every_declared_mode_takes_its_turn():
         def provides(self, cap):
             return cap in self.caps
 
-    every = thread_count_modes(Declares("cache_kv", "cache_kvg", "cache_nocache", "collapsed"))
+    every = generation_modes(Declares("cache_kv", "cache_kvg", "cache_nocache", "collapsed"))
     assert every == ("kv", "kvg", "nocache", "collapsed")
-    assert {thread_count_mode(every, s) for s in range(100, 104)} == set(every)
-    assert thread_count_modes(Declares("cache_nocache", "collapsed")) == ("nocache",)
-    assert thread_count_mode(thread_count_modes(Declares("forward")), 7) is None
+    assert {mode_in_turn(every, s) for s in range(100, 104)} == set(every)
+    assert generation_modes(Declares("cache_nocache", "collapsed")) == ("nocache",)
+    assert mode_in_turn(generation_modes(Declares("forward")), 7) is None

@@ -177,3 +177,27 @@ def test_a_g_cache_shared_by_every_model_fails_only_the_second_model_turn():
                                   "forward_logits", "decoder_thread_counts"])
     assert report.failed_checks() == {"state_between_calls"}, report.summary()
     assert "a second model" in "\n".join(r.message for r in report.failures)
+
+
+def test_collapsed_decoding_is_asked_for_only_with_a_kv_cache():
+    """Collapsed decoding is a cached mode (it needs kv or kvg, as ``collapsed_equals_kvg`` does);
+    ``collapsed`` with nocache alone declares the forward and nocache decoding under a constant G.
+    ``state_between_calls`` asked such a decoder for collapsed decoding anyway (the decoding modes
+    are now listed in one place, :func:`checks.generation_modes`). A decoder that refuses collapsed
+    decoding passes it declaring nocache; negative control: declaring kv too, it fails."""
+    from plga.conformance import eager as eg
+    from plga.conformance.adapter import NotProvided
+    from plga.conformance.controls.decoders import Float64DecoderControl
+
+    class NoCollapsedDecoding(eg.EagerDecoder):
+        def generate(self, prompt: Any, max_new_tokens: int, mode: str = "kv", constant_g: Any = None, forced: Any = None) -> Any:
+            if mode == "collapsed":
+                raise NotProvided("collapsed decoding needs a KV cache")
+            return super().generate(prompt, max_new_tokens, mode, constant_g, forced)
+
+    impl = Float64DecoderControl("test.no_collapsed_decoding", NoCollapsedDecoding)
+    impl.capabilities = frozenset({"forward", "collapsed", "cache_nocache"})
+    assert check_kernel(impl, profile="quick", shrink=False, checks=["state_between_calls"]).passed
+    impl.capabilities = impl.capabilities | {"cache_kv"}
+    report = check_kernel(impl, profile="quick", shrink=False, checks=["state_between_calls"])
+    assert report.failed_checks() == {"state_between_calls"} and "collapsed" in report.failures[0].message, report.summary()
