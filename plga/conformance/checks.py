@@ -1339,11 +1339,10 @@ def _assume_power_conditioned(ctx: Context, state: dict[str, Any], config: Any, 
     res = oracle.truth_forward(state, config, tokens)
     worst = 0.0
     for i, ded in enumerate(res.deductive):
-        w = {k: oracle.to_np(state[f"decoder.dec_layers.{i}.mha1.plgatt_layer.{k}"]).astype(np.float64)
-             for k in ("Wlst", "blst", "pwlst")}
+        layer = eg.layer_weights_from_state(state, config.num_reslayerA, config.num_denseA, i)
+        W, b, P = (oracle.to_np(layer[k]).astype(np.float64) for k in ("W", "b", "P"))
         A, a_lm = (np.asarray(ded[k], dtype=np.float64) for k in ("A", "A_LM"))
-        rho = a_lm_rounding(A, a_lm, w["Wlst"], w["blst"], ctx.dtype)
-        worst = max(worst, float(np.max(np.abs(w["pwlst"]) * rho)))
+        worst = max(worst, float(np.max(np.abs(P) * a_lm_rounding(A, a_lm, W, b, ctx.dtype))))
     _assume(worst <= POWER_CONDITION_BOUND)
 
 

@@ -159,8 +159,8 @@ def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: flo
     The power stage is kept well-conditioned (u = W A + b ≈ 3 ± 0.5, |P| ~ ``p_scale``) so
     decoder-level checks measure the decoder. ``b_shift`` moves the power stage's bias b, and u
     with it: at :data:`~.strategies.DECODER_FLOOR_B_SHIFT` every entry of A_LM = iSwiGLU(u) + 1e-9
-    is the floor plus ~1 % (see there), where A_LM's rounding is relative (the conditioning rule
-    of the decoder checks) and a decoder without the floor is off by a factor ~100 in A_LM.
+    is its floor to within 5e-4 (see there), where A_LM's rounding is relative (the conditioning
+    rule of the decoder checks) and a decoder without the floor has A_LM thousands of times too small.
     ``q_scale`` multiplies every layer's query projection (weight and bias): the Gram D = Q̃ᵀQ̃
     scales by its square and the variance of D's rows, which the metric learner's LayerNorm
     divides by √(var + ε), by its fourth power — 0.02 brings it to ~1e-6, where ε counts. G_LM's
@@ -177,7 +177,7 @@ def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: flo
     for key, shape in expected_shapes(config).items():
         if key.endswith("layernorm1.weight") or key.endswith("layernorm2.weight") or key.endswith("layernormA.weight"):
             x = 1.0 + 0.1 * rng.standard_normal(shape)
-        elif key.endswith("blst"):  # u = W A + b ≈ 3 ± 0.5 keeps A_LM off its 1e-9 floor
+        elif key.endswith("blst"):  # u = W A + b ≈ 3 ± 0.5 keeps A_LM off its 1e-9 floor (unshifted)
             x = 3.0 + b_shift + 0.1 * rng.standard_normal(shape)
         elif key.endswith("Wlst"):
             x = 0.5 * w_scale * rng.standard_normal(shape) / np.sqrt(shape[-1])
@@ -185,7 +185,7 @@ def random_state_dict(config: Any, seed: int, q_scale: float = 1.0, w_scale: flo
             x = 0.1 * rng.standard_normal(shape)
         elif key.endswith("balst"):
             x = 0.5 * rng.standard_normal(shape)
-        elif key.endswith("pwlst"):  # |P| ~ 0.15: the chain stays well-conditioned even in bf16
+        elif key.endswith("pwlst"):  # |P| ~ 0.15 by default: the chain stays well-conditioned even in bf16
             x = p_scale * rng.standard_normal(shape)
         elif key == "decoder.embedding.weight":
             x = rng.standard_normal(shape)
