@@ -81,10 +81,18 @@ ALIASES: dict[str, str] = {
     "kernels-eager": "plga.conformance.adapters:kernels_eager",
     "kernels-captured": "plga.conformance.adapters:kernels_captured",
     "kernels-at-scale": "plga.conformance.adapters:kernels_at_scale",
+    "kernels-eager-at-scale": "plga.conformance.adapters:kernels_eager_at_scale",
     "reference": "plga.conformance.adapters:reference",
 }
 
 DEFAULT_IMPL = "default"
+
+#: The project's kernels as shipped (their factories) → the alias of the same kernels with every
+#: size threshold at its lowest: ``plga verify``'s second conformance part (:func:`at_scale_spec`).
+AT_SCALE: dict[str, str] = {
+    "plga.conformance.adapters:kernels": "kernels-at-scale",
+    "plga.conformance.adapters:kernels_eager": "kernels-eager-at-scale",
+}
 
 
 class SkipCheck(Exception):
@@ -476,6 +484,16 @@ def resolve_impl(spec: str | None = None) -> Adapter:
     return adapter
 
 
+def at_scale_spec(spec: str | None = None) -> str | None:
+    """The ``--impl`` of the at-scale variant of the implementation ``spec`` names (as
+    :func:`resolve_impl` reads it) when that is the project's kernels as shipped, uncaptured
+    (:data:`AT_SCALE`); None for anything else: another implementation's thresholds are its
+    own, and a captured variant would compile every drawn shape. Decided from the name alone,
+    so the implementation need not be imported here."""
+    spec = spec or os.environ.get("PLGA_IMPL") or DEFAULT_IMPL
+    return AT_SCALE.get(ALIASES.get(spec, spec))
+
+
 def plga_environment() -> dict[str, str]:
     """Every ``PLGA_*`` environment variable (the report header prints them to catch typos)."""
     return {k: v for k, v in sorted(os.environ.items()) if k.startswith("PLGA_")}
@@ -486,7 +504,7 @@ def available_dtypes(adapter: Adapter, wanted: Iterable[str] = DTYPES) -> list[s
 
 
 __all__ = [
-    "ALIASES", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "Declared", "ForwardOutput",
-    "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "available_dtypes", "is_suite_skip",
+    "ALIASES", "AT_SCALE", "CAPABILITIES", "DEFAULT_IMPL", "DTYPES", "Adapter", "CallableAdapter", "Declared", "ForwardOutput",
+    "GenerateOutput", "NotProvided", "SkipCheck", "adapter_factory", "as_adapter", "at_scale_spec", "available_dtypes", "is_suite_skip",
     "plga_environment", "resolve_impl", "skip_check",
 ]

@@ -334,11 +334,18 @@ def kernels_at_scale() -> Adapter:
 
 
 @adapter_factory
+def kernels_eager_at_scale() -> Adapter:
+    """:func:`kernels_at_scale` with ``backend="eager"``."""
+    return KernelsAdapter(backend="eager", at_scale=True)
+
+
+@adapter_factory
 def reference() -> Adapter:
     return ReferenceAdapter()
 
 
 __all__ = [
     "EagerAdapter", "KernelsAdapter", "ReferenceAdapter", "kernels", "kernels_at_scale", "kernels_captured", "kernels_eager",
+    "kernels_eager_at_scale",
     "reference",
 ]

@@ -1,9 +1,10 @@
 """``plga conformance``: run the suite on an implementation, print the verdict, then the numbers.
 
-The suite runs in-process through :func:`plga.conformance.check_kernel`, not through pytest:
-nothing of the working folder takes part (no ``conftest.py``, no ``pytest.ini`` /
-``pyproject`` options, no plugins of the environment, no ``.hypothesis/`` example database).
-The only thing imported is the module ``--impl`` names.
+The suite runs through :func:`plga.conformance.check_kernel`, not through pytest: nothing of
+the working folder takes part (no ``conftest.py``, no ``pytest.ini`` / ``pyproject`` options, no
+plugins of the environment, no ``.hypothesis/`` example database). The only thing imported is
+the module ``--impl`` names, and only in the worker processes that run the checks
+(:mod:`plga.conformance.workers`; ``--jobs 0``: in this process).
 
 Exit status: **0** the implementation conforms (checks ran, none failed); **1** it does not
 conform, or nothing was verified (every check skipped); **2** a usage error — a bad option, or
@@ -26,6 +27,7 @@ from ..openmp import passive_waits
 def add_conformance_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add the ``plga conformance`` options to ``parser`` (a subcommand parser)."""
     from .profiles import CHECK_TIMEOUT, DEFAULT_SEED, GROUPS
+    from .workers import JOBS_HELP
 
     parser.add_argument("--impl", default=None, metavar="MODULE:OBJECT",
                         help="implementation under test: an Adapter (instance or subclass), a factory, or an attention "
@@ -44,6 +46,7 @@ def add_conformance_arguments(parser: argparse.ArgumentParser) -> argparse.Argum
     parser.add_argument("--check-timeout", type=float, default=None, metavar="SECONDS",
                         help="time limit of one check; a check past it fails (default: "
                              + ", ".join(f"{p} {s:g}" for p, s in CHECK_TIMEOUT.items()) + "; 0 disables)")
+    parser.add_argument("--jobs", type=int, default=None, metavar="N", help=JOBS_HELP)
     parser.add_argument("--json", action="store_true", help="print the report (verdict, coverage, results) as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar (also PLGA_NO_PROGRESS=1)")
     parser.add_argument("--xfails-file", default=None, metavar="PATH",
@@ -105,27 +108,33 @@ def run_from_args(args: argparse.Namespace) -> int:
 
         return run_self_test(profile=args.profile or "quick", seed=args.seed, check_timeout=args.check_timeout,
                              as_json=args.json, keyword=args.keyword, show_progress=not args.no_progress)
+    from .workers import jobs_option
+
+    jobs = jobs_option(args.jobs)
     from .guard import user_interrupted, watch_user_interrupt
 
     # from the implementation's import to the report, a stop is reported (a repeated one waits,
     # and once stopped the process ignores them until it exits)
     with watch_user_interrupt(ignore_after_stop=True):
-        try:
-            from .adapter import resolve_impl
-            from .runner import ConformanceInterrupted, check_kernel
+        from .runner import ConformanceInterrupted, check_kernel
 
-            adapter = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
+        try:
+            if jobs is None:  # --jobs 0: the implementation is imported here
+                from .adapter import resolve_impl
+
+                impl = resolve_impl(args.impl)  # ImplementationLoadError → one line, exit 2
+            else:
+                impl = args.impl  # imported by the workers (a load error: the same line, exit 2)
+            report = check_kernel(impl, profile=args.profile, groups=args.group, keyword=args.keyword,
+                                  expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
+                                  seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
+                                  show_progress=not args.no_progress, jobs=jobs)
+        except ConformanceInterrupted as stop:  # what finished is reported: a failure stays a FAIL
+            report = stop.report
         except KeyboardInterrupt:
             if not user_interrupted():
                 raise
             return _stopped_while_loading(args)
-        try:
-            report = check_kernel(adapter, profile=args.profile, groups=args.group, keyword=args.keyword,
-                                  expected_failures=_expected_failures(args.xfails_file), shrink=not args.no_shrink,
-                                  seed=args.seed, check_timeout=args.check_timeout, exitfirst=args.exitfirst,
-                                  show_progress=not args.no_progress)
-        except ConformanceInterrupted as stop:  # what finished is reported: a failure stays a FAIL
-            report = stop.report
         if not report.results and not report.interrupted:
             raise UsageError("no check matches the selection (-k / --group)")
         if args.json:

@@ -394,7 +394,7 @@ STUCK_GRACE = 10.0
 
 
 def _default_stuck(message: str) -> None:
-    sys.stdout.write(f"plga conformance: FAIL — {message}\n")
+    sys.stdout.write(f"plga conformance: FAIL — {message}; the run was ended\n")
 
 
 @contextlib.contextmanager
@@ -425,7 +425,7 @@ def time_limit(seconds: float | None, what: str, on_stuck: Callable[[str], None]
         if done.is_set():
             return
         (on_stuck or _default_stuck)(f"{message} and could not be interrupted (it swallows interrupts or never "
-                                     "returns to Python); the run was ended")
+                                     "returns to Python)")
         sys.stdout.flush()
         faulthandler.dump_traceback(file=sys.stderr, all_threads=True)
         os._exit(1)

@@ -194,9 +194,10 @@ def _region_key(region: str) -> tuple[int, str]:
     return (int(head), region) if head.isdigit() else (10**9, region)
 
 
-def _select(adapter: Adapter, checks: Iterable[str] | None, groups: Iterable[str] | None,
+def _select(pairs: list[tuple[str, str]], checks: Iterable[str] | None, groups: Iterable[str] | None,
             dtypes: Iterable[str] | None = None, keyword: str | None = None) -> list[tuple[str, str]]:
-    pairs = check_ids(adapter)
+    """The (check, dtype) ids of ``pairs`` (an implementation's, :func:`~.checks.check_ids`) the
+    selection keeps, in their order."""
     if dtypes is not None:
         ds = set(dtypes)
         pairs = [(c, d) for c, d in pairs if d in ds]
@@ -241,6 +242,7 @@ def check_kernel(
     check_timeout: float | None = None,
     exitfirst: bool = False,
     show_progress: bool = False,
+    jobs: int | None = None,
 ) -> ConformanceReport:
     """Run the conformance checks on ``fn`` and return a :class:`ConformanceReport` (never raises
     for a failing check; see :attr:`ConformanceReport.verdict`).
@@ -257,12 +259,21 @@ def check_kernel(
     ``exitfirst`` stops after the first failure; ``show_progress`` draws a progress bar on a
     terminal (:mod:`plga.progress`). Ctrl-C or SIGTERM stops the run with
     :class:`ConformanceInterrupted`, whose ``report`` holds the checks that finished.
+    ``jobs``: run the checks in that many worker processes (:mod:`.workers`; ``fn`` must then
+    be an ``--impl`` string, or None for the default); the implementation is then never imported
+    into this process, and one that ends its process fails the check it was running. Without
+    ``jobs`` everything runs in this process.
     """
     import os
 
     t_start = time.perf_counter()
-    adapter = resolve_impl(fn) if isinstance(fn, str) else as_adapter(fn)
-    refuse_baseline(adapter)
+    if jobs is not None and fn is not None and not isinstance(fn, str):
+        raise InputError("check_kernel(jobs=…) imports the implementation in worker processes: name it as "
+                         "'module:object' (or None for the default), or leave jobs out to run it in this process")
+    adapter = None
+    if jobs is None:
+        adapter = resolve_impl(fn) if isinstance(fn, str) or fn is None else as_adapter(fn)
+        refuse_baseline(adapter)
     prof = profiles.selected(profile)
     run_seed = profiles.DEFAULT_SEED if seed is None else int(seed)
     expected = dict(expected_failures or {})
@@ -271,25 +282,37 @@ def check_kernel(
     old = os.environ.get("PLGA_REPRODUCE")
     if reproduce:
         os.environ["PLGA_REPRODUCE"] = reproduce
+    who: dict[str, Any] = {} if adapter is None else {"name": adapter.name, "header": _header(adapter)}  # the report's
+
+    def select(declared: list[tuple[str, str]]) -> list[tuple[str, str]]:
+        pairs[:] = _select(declared, checks, groups, dtypes, keyword)
+        return pairs
+
+    def reason(name: str, dtype: str) -> str | None:
+        return expected.get(f"{name}[{dtype}]", expected.get(name))
+
     try:
         with watch_user_interrupt(), memo.scope():  # the truth and the baselines of a case, computed once a run
-            pairs = _select(adapter, checks, groups, dtypes, keyword)
-            for name, dtype in progress(pairs, "plga conformance", show=show_progress):
-                stop_if_interrupted()
+            if adapter is None:
+                assert jobs is not None
+                _run_in_workers(fn, jobs, select, reason, results, who, prof, shrink, run_seed, check_timeout, exitfirst,
+                                show_progress)
+            else:
+                for name, dtype in progress(select(check_ids(adapter)), "plga conformance", show=show_progress):
+                    stop_if_interrupted()
 
-                def stuck(message: str) -> None:
-                    print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message} "
-                          f"(profile {prof}, seed {run_seed})")
+                    def stuck(message: str) -> None:
+                        print(f"plga conformance: FAIL — {adapter.name} does NOT conform: {message}; the run was ended "
+                              f"(profile {prof}, seed {run_seed})")
 
-                result = _run_one(adapter, name, dtype, prof, shrink, run_seed, check_timeout,
-                                  expected.get(f"{name}[{dtype}]", expected.get(name)), stuck)
-                results.append(result)
-                if exitfirst and result.status in ("failed", "error"):
-                    break
+                    result = _run_one(adapter, name, dtype, prof, shrink, run_seed, check_timeout, reason(name, dtype), stuck)
+                    results.append(result)
+                    if exitfirst and result.status in ("failed", "error"):
+                        break
     except KeyboardInterrupt as exc:
-        if not user_interrupted():
-            raise
-        report = ConformanceReport(adapter.name, prof, results, _header(adapter), run_seed, time.perf_counter() - t_start,
+        if not user_interrupted() or not who:
+            raise  # (a stop while the workers load the implementation: nothing to report yet)
+        report = ConformanceReport(who["name"], prof, results, who["header"], run_seed, time.perf_counter() - t_start,
                                    len(pairs))
         raise ConformanceInterrupted(report) from exc
     finally:
@@ -303,7 +326,29 @@ def check_kernel(
         import warnings
 
         warnings.warn(f"expected_failures entries match no check: {unmatched}", stacklevel=2)
-    return ConformanceReport(adapter.name, prof, results, _header(adapter), run_seed, time.perf_counter() - t_start)
+    return ConformanceReport(who["name"], prof, results, who["header"], run_seed, time.perf_counter() - t_start)
+
+
+def _run_in_workers(spec: str | None, jobs: int, select: Callable[[list[tuple[str, str]]], list[tuple[str, str]]],
+                    reason: Callable[[str, str], str | None], results: list[CheckResult], who: dict[str, Any],
+                    profile: str, shrink: bool, seed: int, timeout: float | None, exitfirst: bool, show_progress: bool) -> None:
+    """The checks of ``spec`` that ``select`` keeps, in ``jobs`` worker processes (:mod:`.workers`):
+    ``who`` gets the implementation's name and report header once a worker has loaded it,
+    ``results`` the finished checks in selection order (so a stop leaves what finished)."""
+    from .workers import Pool
+
+    with Pool(spec, jobs, profile=profile, seed=seed, shrink=shrink, timeout=timeout) as pool:
+        loaded = pool.load()
+        who.update(name=loaded.name, header=loaded.header)
+        pairs = select(loaded.checks)
+        finished: dict[int, CheckResult] = {}
+
+        def on_result(index: int, fields: dict[str, Any]) -> bool:
+            finished[index] = CheckResult(**{**fields, "group": CHECKS[fields["check"]].group})
+            results[:] = [finished[i] for i in sorted(finished)]
+            return not (exitfirst and finished[index].status in ("failed", "error"))
+
+        pool.run([(name, dtype, reason(name, dtype)) for name, dtype in pairs], on_result, show_progress)
 
 
 def _header(adapter: Adapter) -> dict[str, str]:
@@ -391,7 +436,7 @@ def parametrize_with_checks(impls: Sequence[Any], *, expected_failures: Mapping[
     for obj in impls:
         adapter = as_adapter(obj)
         short = adapter.name.split(" ")[0]
-        for name, dtype in _select(adapter, None, groups):
+        for name, dtype in _select(check_ids(adapter), None, groups):
             marks = []
             reason = expected.get(f"{name}[{dtype}]", expected.get(name))
             if reason:
@@ -419,16 +464,17 @@ class _CheckCallable:
 
 
 def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[str] | None = None,
-                  seed: int | None = None, check_timeout: float | None = None) -> list[dict[str, Any]]:
-    """Run a profile in-process; one row per check group, for ``plga verify``.
+                  seed: int | None = None, check_timeout: float | None = None, jobs: int | None = None) -> list[dict[str, Any]]:
+    """Run a profile (in this process, or in ``jobs`` workers: :func:`check_kernel`); one row per
+    check group, for ``plga verify``.
 
     Row keys: ``suite``, ``group``, ``implementation``, ``passed``, ``failed``, ``errors`` (the
     suite raised), ``skipped``, ``seconds``, ``ok`` (checks ran, none failed, none raised),
     ``failures`` and ``raised`` (ids of the failed checks, of those where the suite raised). ``impl`` defaults to
     the switch (``$PLGA_IMPL``, else the project's kernels).
     """
-    report = check_kernel(impl if impl is not None else resolve_impl(), profile=profile, groups=groups, shrink=False,
-                          seed=seed, check_timeout=check_timeout)
+    report = check_kernel(impl, profile=profile, groups=groups, shrink=False, seed=seed, check_timeout=check_timeout,
+                          jobs=jobs)
     rows = []
     for group in GROUPS:
         rs = [r for r in report.results if r.group == group]

@@ -22,12 +22,15 @@ from ..openmp import passive_waits
 
 
 def add_verify_arguments(p: argparse.ArgumentParser) -> None:
+    from .workers import JOBS_HELP
+
     p.add_argument("--impl", default=None, metavar="MODULE:OBJECT",
                    help="implementation for the conformance part (default: plga.kernels); its module must be importable")
     p.add_argument("--max-examples", type=int, default=10, help="Hypothesis examples per theorem check (default 10)")
     p.add_argument("--seed", type=int, default=None, help="seed of the conformance part (default: the suite's)")
     p.add_argument("--check-timeout", type=float, default=None, metavar="SECONDS",
                    help="time limit of one conformance check (default: the quick profile's; 0 disables)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N", help=JOBS_HELP)
     p.add_argument("--json", action="store_true", help="print the summary rows as JSON")
 
 
@@ -45,13 +48,18 @@ def verify_main(args: argparse.Namespace) -> int:
 def _verify(args: argparse.Namespace) -> int:
     from ..proofs_bridge import run_all, summary
     from ..reference.reduction import sdpa_reduction
-    from .adapter import resolve_impl
+    from .adapter import at_scale_spec, resolve_impl
     from .guard import stop_if_interrupted
     from .runner import VERDICTS, quick_summary
+    from .workers import check_loads, jobs_option
 
     if args.max_examples < 1:
         raise UsageError(f"--max-examples must be ≥ 1, got {args.max_examples}")
-    adapter = resolve_impl(args.impl)  # a bad --impl is a usage error before anything runs
+    jobs = jobs_option(args.jobs)
+    # a bad --impl is a usage error before anything runs
+    impl = resolve_impl(args.impl) if jobs is None else args.impl  # --jobs 0: imported here; else by the workers
+    if jobs is not None:
+        check_loads(impl)
     rows: list[dict[str, Any]] = []
 
     t0 = time.perf_counter()
@@ -73,15 +81,16 @@ def _verify(args: argparse.Namespace) -> int:
                            + (f"; failed: {', '.join(failed[:5])}" if failed else "")})
 
     # (after a swallowed stop, check_kernel stops before its first check)
-    conf = quick_summary(adapter, seed=args.seed, check_timeout=args.check_timeout)
+    conf = quick_summary(impl, seed=args.seed, check_timeout=args.check_timeout, jobs=jobs)
     if not any(r["passed"] or r["errors"] for r in conf):
+        name = conf[0]["implementation"] if conf else args.impl or "the default implementation"
         rows.append({"check": "conformance", "ok": False, "seconds": sum(r["seconds"] for r in conf),
-                     "detail": f"{adapter.name}: nothing verified — no check ran (declare capabilities)"})
+                     "detail": f"{name}: nothing verified — no check ran (declare capabilities)"})
     rows += _conformance_rows(conf, "conformance")
-    at_scale = _at_scale_variant(adapter)
+    at_scale = at_scale_spec(args.impl)
     if at_scale is not None:
         stop_if_interrupted()
-        conf = quick_summary(at_scale, groups=AT_SCALE_GROUPS, seed=args.seed, check_timeout=args.check_timeout)
+        conf = quick_summary(at_scale, groups=AT_SCALE_GROUPS, seed=args.seed, check_timeout=args.check_timeout, jobs=jobs)
         rows += _conformance_rows(conf, "conformance at scale")
     judged = [r for r in rows if r["ok"] is not None]
     ok = all(r["ok"] for r in judged)
@@ -108,20 +117,6 @@ def _verify(args: argparse.Namespace) -> int:
 #: them; the cache group's decoding steps run the same paths at every model size (its whole
 #: quick profile at scale runs in the test suite and in ``plga conformance --impl kernels-at-scale``).
 AT_SCALE_GROUPS = ("attention", "structure", "chain", "decoder")
-
-
-def _at_scale_variant(adapter: Any) -> Any:
-    """The project's kernels with every size threshold at its lowest
-    (:func:`plga.conformance.adapters.kernels_at_scale`, the same backend) when ``adapter`` is
-    the project's kernels with its thresholds as shipped and uncaptured; else None (another
-    implementation's thresholds are its own; a captured variant compiles every drawn shape)."""
-    from .adapter import Declared
-    from .adapters import KernelsAdapter
-
-    inner = adapter.obj if isinstance(adapter, Declared) else adapter  # what resolve_impl wrapped
-    if not isinstance(inner, KernelsAdapter) or inner.at_scale or inner.captured:
-        return None
-    return KernelsAdapter(inner.backend, at_scale=True)
 
 
 def _conformance_rows(conf: list[dict[str, Any]], part: str) -> list[dict[str, Any]]:

@@ -86,7 +86,7 @@ def test_verify_fails_the_project_kernels_with_a_broken_large_path(monkeypatch, 
     """Negative control: the fused feed-forward gate with silu on the wrong factor fails plga verify."""
     skip_unless_here("onednn")
     monkeypatch.setattr(gemm, "gated", gate_on_swapped_factors(gemm.gated))
-    code, lines = _verify_decoder_only(monkeypatch, [])
+    code, lines = _verify_decoder_only(monkeypatch, ["--jobs", "0"])  # in this process, where the path is broken
     assert code == 1 and lines[0].startswith("plga verify: FAIL")
     assert " FAIL " in next(line for line in lines if line.startswith("conformance at scale: decoder"))
 

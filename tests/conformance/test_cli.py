@@ -511,7 +511,7 @@ def test_verify_shows_a_group_where_nothing_ran_as_skipped(monkeypatch, capsys, 
     from plga.conformance import runner
 
     # the at-scale part (groups given) finds nothing to run
-    monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, seed=None, check_timeout=None: rows if groups is None else [])
+    monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, **kw: rows if groups is None else [])
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
     assert verify_main(parser.parse_args([])) == 0

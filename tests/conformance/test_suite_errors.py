@@ -91,7 +91,8 @@ def test_the_command_exits_3_and_its_json_names_the_error(monkeypatch):
     _suite_bug(monkeypatch)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        code = conformance_main(["--impl", "default", "-k", "operator_chain and float32", "--json", "--no-progress"])
+        code = conformance_main(["--impl", "default", "-k", "operator_chain and float32", "--json", "--no-progress",
+                                 "--jobs", "0"])  # in this process, where the bug is planted
     data = json.loads(out.getvalue())
     assert code == 3 and data["verdict"] == "ERROR" and data["exit_code"] == 3 and data["counts"]["error"] == 1
 
@@ -122,10 +123,10 @@ def test_verify_reports_a_suite_error_as_error(monkeypatch, capsys, theorem_part
     from plga.conformance import runner
 
     real = runner.quick_summary
-    monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, seed=None, check_timeout=None: real(adapter, groups=["chain"]))
+    monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, **kw: real(adapter, groups=["chain"]))
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
-    assert verify_main(parser.parse_args([])) == 3
+    assert verify_main(parser.parse_args(["--jobs", "0"])) == 3  # in this process, where the bug is planted
     out = capsys.readouterr().out.splitlines()
     chain = next(line for line in out if line.startswith("conformance: chain"))
     assert " ERROR " in chain and "raised in the suite" in chain and out[0].startswith("plga verify: ERROR")
