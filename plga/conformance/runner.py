@@ -282,7 +282,8 @@ def check_kernel(
     old = os.environ.get("PLGA_REPRODUCE")
     if reproduce:
         os.environ["PLGA_REPRODUCE"] = reproduce
-    who: dict[str, Any] = {} if adapter is None else {"name": adapter.name, "header": _header(adapter)}  # the report's
+    # the report's implementation name and header (from the workers once one has loaded it)
+    who: dict[str, Any] = {} if adapter is None else {"name": adapter.name, "header": _header(adapter)}
 
     def select(declared: list[tuple[str, str]]) -> list[tuple[str, str]]:
         pairs[:] = _select(declared, checks, groups, dtypes, keyword)
