@@ -44,7 +44,7 @@ from .guard import (
     suite_numerics,
     time_limit,
 )
-from .profiles import GROUPS
+from .profiles import GROUPS, SUITE_THREADS_ENV
 from .tolerance import (
     DECODER_ROWS,
     SMALLEST_NORMAL,
@@ -175,7 +175,7 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     # The suite's tensors are small: one intra-op thread is fastest and immune to the OpenMP
     # spin-wait stalls of an oversubscribed machine. $PLGA_NUM_THREADS overrides; restored after.
     with threads_restored(), suite_numerics():
-        torch.set_num_threads(int(os.environ.get("PLGA_NUM_THREADS", "1")))
+        torch.set_num_threads(int(os.environ.get(SUITE_THREADS_ENV, "1")))
         limit = profiles.CHECK_TIMEOUT[prof] * time_scale_of(adapter) if timeout is None else timeout
         try:
             with time_limit(limit, f"check {ctx.check_id}", on_stuck):

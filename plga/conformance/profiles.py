@@ -40,6 +40,10 @@ DEFAULT_SEED = 20260
 
 #: Seconds one check may run (``--check-timeout`` overrides; 0 disables).
 CHECK_TIMEOUT: dict[str, float] = {"quick": 150.0, "ci": 300.0, "thorough": 3600.0}
+#: The environment variable of the suite's thread count (default 1): torch's intra-op threads in
+#: every check (:func:`~.checks.run_check`) and NumPy's OpenBLAS threads in a worker
+#: (:mod:`.workers`).
+SUITE_THREADS_ENV = "PLGA_NUM_THREADS"
 
 _SUPPRESS = [HealthCheck.too_slow, HealthCheck.data_too_large, HealthCheck.filter_too_much,
              HealthCheck.function_scoped_fixture]
@@ -78,4 +82,4 @@ def hypothesis_settings(name: str, factor: float = 1.0, *, shrink: bool = True) 
     return settings(base, max_examples=n, phases=phases)
 
 
-__all__ = ["CHECK_TIMEOUT", "DEFAULT_SEED", "PROFILES", "hypothesis_settings", "register_profiles", "selected"]
+__all__ = ["CHECK_TIMEOUT", "DEFAULT_SEED", "PROFILES", "SUITE_THREADS_ENV", "hypothesis_settings", "register_profiles", "selected"]

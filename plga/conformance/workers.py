@@ -40,16 +40,18 @@ from typing import Any
 from .. import errors
 from ..errors import UsageError
 from ..progress import bar
+from .profiles import SUITE_THREADS_ENV
 
 #: The environment variable that tells a worker which file descriptor carries its replies.
 FD_ENV = "PLGA_CONFORMANCE_WORKER_FD"
 #: A worker's start: drop the working folder from the path before importing plga (``-c`` puts
 #: it first, and a ``plga.py`` or ``torch.py`` there must not shadow anything), then serve.
 BOOT = "import sys; del sys.path[0]; from plga.conformance.workers import worker_main; worker_main()"
-#: NumPy's OpenBLAS threads in a worker, unless set: one, as the suite's torch work runs at one
-#: intra-op thread (:func:`~.checks.run_check`). Its idle threads spin: two workers with two
-#: each took 4.1 min of ``--profile quick`` on two cores, where one worker took 4.1 min alone
-#: and two with one thread each 1.9 min (the same results).
+#: NumPy's OpenBLAS threads in a worker: the suite's thread count (:data:`~.profiles.SUITE_THREADS_ENV`,
+#: default one), as for torch's intra-op threads (:func:`~.checks.run_check`), whatever the
+#: environment says (``plga bench`` gives its cases two). OpenBLAS's idle threads spin: two
+#: workers with two each took 4.1 min of ``--profile quick`` on two cores, as long as one
+#: process, and two with one thread each 1.9 min (the same results).
 BLAS_THREADS_ENV = "OPENBLAS_NUM_THREADS"
 #: Seconds past a check's limit and :data:`~.guard.STUCK_GRACE` after which this process ends a
 #: worker that neither replied nor ended itself.
@@ -127,7 +129,7 @@ class _Worker:
 def _spawn(config: dict[str, Any]) -> _Worker:
     read_fd, write_fd = os.pipe()
     env = {**os.environ, FD_ENV: str(write_fd)}
-    env.setdefault(BLAS_THREADS_ENV, "1")
+    env[BLAS_THREADS_ENV] = os.environ.get(SUITE_THREADS_ENV, "1")
     try:
         proc = subprocess.Popen([sys.executable, "-c", BOOT], stdin=subprocess.PIPE, stdout=2,
                                 pass_fds=(write_fd,), env=env, start_new_session=True)

@@ -34,6 +34,7 @@ KERNELS = textwrap.dedent('''
 
     def chatty(q, k, v, G, **kw):
         print("plga conformance: PASS (printed by the kernel)")
+        print("OPENBLAS_NUM_THREADS =", os.environ.get("OPENBLAS_NUM_THREADS"))
         return good(q, k, v, G, **kw)
 
     def holds_the_interpreter(q, k, v, G, **kw):  # C code that never returns nor releases the GIL: a
@@ -53,9 +54,9 @@ def kernel_dir(tmp_path):
     return tmp_path
 
 
-def _plga(*argv, cwd, timeout=300):
+def _plga(*argv, cwd, timeout=300, **env):
     return subprocess.run([PLGA, "conformance", *argv], capture_output=True, text=True, cwd=cwd, timeout=timeout,
-                          env={**os.environ, "PLGA_NO_PROGRESS": "1"})
+                          env={**os.environ, "PLGA_NO_PROGRESS": "1", **env})
 
 
 CAUSAL_AND_UNMASKED = "(attention_causal or attention_unmasked) and float32"
@@ -92,10 +93,13 @@ def test_ending_the_process_while_loading_is_a_load_error(tmp_path):
 
 
 def test_what_a_kernel_prints_stays_off_the_report(kernel_dir):
-    r = _plga("--impl", "wkern:chatty", "-k", "attention_causal and float32", "--json", cwd=kernel_dir)
+    r = _plga("--impl", "wkern:chatty", "-k", "attention_causal and float32", "--json", cwd=kernel_dir,
+              OPENBLAS_NUM_THREADS="2")
     assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-2000:]
     assert json.loads(r.stdout)["verdict"] == "PASS"  # one JSON document: the kernel's line went to stderr
     assert "printed by the kernel" in r.stderr
+    # the worker's OpenBLAS runs at the suite's one thread, whatever the environment says
+    assert "OPENBLAS_NUM_THREADS = 1" in r.stderr and "OPENBLAS_NUM_THREADS = 2" not in r.stderr
 
 
 def test_a_worker_that_holds_the_interpreter_is_ended_from_outside(kernel_dir):
