@@ -109,6 +109,9 @@ def _verify(args: argparse.Namespace) -> int:
         for r in rows:
             status = "SKIP" if r["ok"] is None else "PASS" if r["ok"] else "ERROR" if r.get("error") else "FAIL"
             print(f"{r['check']:<{width}}  {status:<6}  {r['seconds']:7.1f}  {r['detail']}")
+        if jobs is not None and jobs > 1:
+            print(f"(a conformance row's seconds are its checks' times added up; they ran side by side in {jobs} "
+                  "worker processes)")
         print(verdict)
     return VERDICTS[word]
 

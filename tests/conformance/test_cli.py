@@ -514,8 +514,12 @@ def test_verify_shows_a_group_where_nothing_ran_as_skipped(monkeypatch, capsys, 
     monkeypatch.setattr(runner, "quick_summary", lambda adapter, groups=None, **kw: rows if groups is None else [])
     parser = argparse.ArgumentParser()
     add_verify_arguments(parser)
-    assert verify_main(parser.parse_args([])) == 0
+    assert verify_main(parser.parse_args(["--jobs", "2"])) == 0
     out = capsys.readouterr().out.splitlines()
     chain = next(line for line in out if line.startswith("conformance: chain"))
     assert " SKIP " in chain and " PASS " not in chain
     assert out[0].startswith("plga verify: PASS") and "1 skipped: nothing ran" in out[0]
+    # the seconds of checks run side by side add up to more than the wall time: the table says so
+    assert "(a conformance row's seconds are its checks' times added up; they ran side by side in 2 worker processes)" in out
+    assert verify_main(parser.parse_args(["--jobs", "0"])) == 0
+    assert not any("side by side" in line for line in capsys.readouterr().out.splitlines())
