@@ -149,6 +149,12 @@ def check_ids(adapter: Adapter | None = None, group: str | None = None) -> list[
     return out
 
 
+def check_limit(adapter: Adapter, profile: str, timeout: float | None) -> float:
+    """Seconds one check of ``adapter`` may run: ``timeout`` where given (0: no limit), else the
+    profile's (:data:`profiles.CHECK_TIMEOUT`) times the adapter's ``time_scale``."""
+    return profiles.CHECK_TIMEOUT[profile] * time_scale_of(adapter) if timeout is None else timeout
+
+
 def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = None, shrink: bool = True,
               seed: int | None = None, timeout: float | None = None, context: Context | None = None,
               on_stuck: Callable[[str], None] | None = None) -> Context:
@@ -176,7 +182,7 @@ def run_check(adapter: Adapter, name: str, dtype: str, *, profile: str | None = 
     # spin-wait stalls of an oversubscribed machine. $PLGA_NUM_THREADS overrides; restored after.
     with threads_restored(), suite_numerics():
         torch.set_num_threads(int(os.environ.get(SUITE_THREADS_ENV, "1")))
-        limit = profiles.CHECK_TIMEOUT[prof] * time_scale_of(adapter) if timeout is None else timeout
+        limit = check_limit(adapter, prof, timeout)
         try:
             with time_limit(limit, f"check {ctx.check_id}", on_stuck):
                 check.fn(ctx)
@@ -1851,5 +1857,5 @@ def mode_in_turn(modes: Sequence[str], seed: int) -> str | None:
     return modes[seed % len(modes)] if modes else None
 
 
-__all__ = ["CHECKS", "GROUPS", "Check", "Context", "DecoderCase", "check_ids", "register", "run_check", "run_property",
+__all__ = ["CHECKS", "GROUPS", "Check", "Context", "DecoderCase", "check_ids", "check_limit", "register", "run_check", "run_property",
            "tiny_config"]

@@ -380,6 +380,12 @@ def _timeout_hint() -> str:
     return hint + ")"
 
 
+def failure(message: str, xfail_reason: str | None) -> tuple[str, str]:
+    """The (status, message) of a check that failed: ``xfailed`` with the reason appended where it
+    was expected to fail."""
+    return ("xfailed", message + f"\n(expected: {xfail_reason})") if xfail_reason else ("failed", message)
+
+
 def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool, seed: int, timeout: float | None,
              xfail_reason: str | None, on_stuck: Callable[[str], None]) -> CheckResult:
     """One check; every way foreign code can leave it (exception, exit, timeout) is its result.
@@ -409,8 +415,8 @@ def _run_one(adapter: Adapter, name: str, dtype: str, profile: str, shrink: bool
             raise
         # the exception first (the report's one-line reason), then its whole traceback
         status, msg = "error", traceback.format_exception_only(exc)[0].strip() + "\n" + "".join(traceback.format_exception(exc)).rstrip()
-    if status == "failed" and xfail_reason:
-        status, msg = "xfailed", msg + f"\n(expected: {xfail_reason})"
+    if status == "failed":
+        status, msg = failure(msg, xfail_reason)
     return CheckResult(name, dtype, CHECKS[name].group, status, msg, time.perf_counter() - t0, ctx.cases,
                        {a: sorted(v, key=_region_key) for a, v in ctx.coverage.items()}, list(ctx.left_out))
 
@@ -501,5 +507,5 @@ def quick_summary(impl: Any = None, *, profile: str = "quick", groups: Iterable[
     return rows
 
 
-__all__ = ["STATUSES", "VERDICTS", "CheckResult", "ConformanceInterrupted", "ConformanceReport", "check_kernel", "keyword_matcher", "parametrize_with_checks",
+__all__ = ["STATUSES", "VERDICTS", "CheckResult", "ConformanceInterrupted", "ConformanceReport", "check_kernel", "failure", "keyword_matcher", "parametrize_with_checks",
            "quick_summary"]

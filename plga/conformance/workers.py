@@ -97,18 +97,18 @@ def check_loads(spec: str | None) -> None:
 @dataclasses.dataclass
 class Loaded:
     """What the first worker reports of the implementation: its name, the report header, the
-    check ids it declares and the time scale of its limits."""
+    check ids it declares and one check's time limit (:func:`~.checks.check_limit`; 0: none)."""
 
     name: str
     header: dict[str, str]
     checks: list[tuple[str, str]]
-    time_scale: float
+    limit: float
 
 
 @dataclasses.dataclass
 class _Worker:
     proc: subprocess.Popen[bytes]
-    replies: Any  # the read end of its reply pipe (a text file)
+    replies: Any  # the read end of its reply pipe (unbuffered bytes)
     loaded: bool = False
     task: int | None = None  # index of the check it runs
     started: float = 0.0
@@ -178,14 +178,10 @@ class Pool:
     or None for the default); one check each at a time."""
 
     def __init__(self, spec: str | None, jobs: int, *, profile: str, seed: int, shrink: bool, timeout: float | None) -> None:
-        from .profiles import CHECK_TIMEOUT
-
         # sys.path too: the workers import the implementation as this process would (a caller's additions included)
         self.config = {"spec": spec, "profile": profile, "seed": seed, "shrink": shrink, "timeout": timeout,
                        "sys_path": list(sys.path)}
         self.jobs = max(1, int(jobs))
-        # a check's own limit (:func:`~.checks.run_check`): given, else the profile's times the time scale
-        self.limit = CHECK_TIMEOUT[profile] if timeout is None else timeout
         self.workers: list[_Worker] = []
         self.selector = selectors.DefaultSelector()
         self.loaded: Loaded | None = None
@@ -223,7 +219,7 @@ class Pool:
                 if message["type"] == "loaded":
                     w.loaded = True
                     self.loaded = Loaded(message["name"], message["header"], [tuple(p) for p in message["checks"]],
-                                         float(message["time_scale"]))
+                                         float(message["limit"]))
                 elif message["type"] == "load_error":
                     raise _load_error(message)
         return self.loaded
@@ -256,8 +252,8 @@ class Pool:
         starts_left = len(tasks) + self.jobs
         from .guard import STUCK_GRACE, stop_if_interrupted
 
-        scale = self.loaded.time_scale if self.config["timeout"] is None else 1.0
-        backstop = None if self.limit <= 0 else self.limit * scale + STUCK_GRACE + BACKSTOP_S
+        limit = self.loaded.limit
+        backstop = None if limit <= 0 else limit + STUCK_GRACE + BACKSTOP_S
 
         with bar(len(tasks), "plga conformance", show=show_progress) as progress:
             while pending or busy:
@@ -313,13 +309,16 @@ class Pool:
 
     @staticmethod
     def _unrun_result(task: tuple[str, str, str | None], how: str) -> dict[str, Any]:
+        from .runner import failure
+
         name, dtype, reason = task
-        message = (f"not run: the implementation's worker processes kept ending outside any check (the last: {how}); "
-                   "a kernel must not end its process")
-        return {"check": name, "dtype": dtype, "status": "xfailed" if reason else "failed",
-                "message": message + (f"\n(expected: {reason})" if reason else "")}
+        status, message = failure(f"not run: the implementation's worker processes kept ending outside any check (the "
+                                  f"last: {how}); a kernel must not end its process", reason)
+        return {"check": name, "dtype": dtype, "status": status, "message": message}
 
     def _ended_result(self, w: _Worker, task: tuple[str, str, str | None]) -> dict[str, Any]:
+        from .runner import failure
+
         name, dtype, reason = task
         how = _ended(w.proc)
         if w.stuck:
@@ -327,9 +326,7 @@ class Pool:
         else:
             message = (f"the implementation ended the process it ran in during this check ({how}): os._exit, a crash "
                        "or abort in native code, or the system's out-of-memory killer; a kernel must return (or raise)")
-        status = "xfailed" if reason else "failed"
-        if reason:
-            message += f"\n(expected: {reason})"
+        status, message = failure(message, reason)
         return {"check": name, "dtype": dtype, "status": status, "message": message,
                 "seconds": time.monotonic() - w.started}
 
@@ -361,12 +358,11 @@ def worker_main() -> None:
     config = json.loads(sys.stdin.readline())
     sys.path[:] = config["sys_path"]
     from . import memo
-    from .adapter import resolve_impl, time_scale_of
-    from .checks import check_ids
+    from .adapter import resolve_impl
+    from .checks import check_ids, check_limit
     from .runner import _header, _run_one, refuse_baseline
 
     try:
-
         adapter = resolve_impl(config["spec"])
         refuse_baseline(adapter)
     except errors.PlgaError as exc:
@@ -376,7 +372,7 @@ def worker_main() -> None:
         reply({"type": "load_error", "kind": "", "message": traceback.format_exc()})
         return
     reply({"type": "loaded", "name": adapter.name, "header": _header(adapter), "checks": check_ids(adapter),
-           "time_scale": time_scale_of(adapter)})
+           "limit": check_limit(adapter, config["profile"], config["timeout"])})
 
     def stuck(message: str) -> None:
         reply({"type": "stuck", "message": message})
